@@ -1,0 +1,33 @@
+# Rust ib_drain_rq for the Linux RDMA core: the table of contents.
+#
+#   make         set up everything, build and boot the test kernel, show the demo
+#   make test    everything `make` builds, then every test suite; ends with
+#                'N passed, N failed'
+#   make patches the whole change as a git format-patch series (out/patches/)
+#   make clean   remove the build cache (it is rebuilt from nothing next time)
+#
+# V=1 shows the build's output live. RDMA_RUST_CACHE moves the cache.
+
+SHELL := /bin/bash
+CACHE ?= $(or $(RDMA_RUST_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/rdma-rust-drain)
+export RDMA_RUST_CACHE := $(CACHE)
+
+.PHONY: all demo test build patches clean
+
+all: demo
+
+build:
+	@scripts/build.sh test
+	@scripts/initramfs.sh test
+
+demo: build
+	@scripts/run-tests.sh test demo
+
+test: build
+	@scripts/run-tests.sh test test
+
+patches:
+	@scripts/patches.sh
+
+clean:
+	rm -rf "$(CACHE)"

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Usage: scripts/boot.sh FLAVOUR LOG [KERNEL-ARGS...]
+# Boot the FLAVOUR test kernel under QEMU (TCG) with its initramfs; the
+# console goes to LOG. No network leaves the VM (-nic none). A hard timeout
+# always ends QEMU; its exit status is that of the timeout.
+. "$(dirname "$0")/lib.sh"
+
+flavour=${1:-test} log=$2
+shift 2
+build=$CACHE/build-$flavour
+timeout_s=${BOOT_TIMEOUT:-900}
+
+step "boot: $flavour kernel (console: $log)"
+rc=0
+timeout --foreground -k 10 "$timeout_s" qemu-system-x86_64 \
+	-machine q35 -cpu max -smp 2 -m 2G \
+	-kernel "$build/arch/x86/boot/bzImage" \
+	-initrd "$build/initramfs.cpio.gz" \
+	-append "console=ttyS0 panic=-1 oops=panic rdinit=/init loglevel=7 $*" \
+	-display none -monitor none -serial "file:$log" \
+	-nic none -no-reboot </dev/null || rc=$?
+if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+	echo "boot: TIMEOUT after ${timeout_s}s" >>"$log"
+	die boot "$log" "QEMU did not power off within ${timeout_s}s"
+fi
+[ "$rc" = 0 ] || die boot "$log" "QEMU failed (exit $rc)"
+done_step

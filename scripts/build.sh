@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Usage: scripts/build.sh FLAVOUR
+# Build the test kernel of FLAVOUR (its Kconfig fragments are listed below)
+# out of tree in $CACHE/build-FLAVOUR, then the project's modules (Kbuild),
+# and install all modules into $CACHE/build-FLAVOUR/mods.
+. "$(dirname "$0")/lib.sh"
+
+flavour=${1:-test}
+case "$flavour" in
+test) frags=("$TOP/scripts/config/base.config") ;;
+*) die build "" "unknown flavour '$flavour'" ;;
+esac
+
+"$TOP/scripts/toolchain.sh"
+"$TOP/scripts/fetch-kernel.sh"
+"$TOP/scripts/prepare-tree.sh"
+
+src=$CACHE/src build=$CACHE/build-$flavour
+log=$CACHE/logs/build-$flavour.log
+"$TOP/scripts/config.sh" "$src" "$build" "${frags[@]}"
+
+K=(make -C "$src" O="$build" LLVM=1 -j"$(nproc)")
+step "build: kernel ($flavour)"
+run_logged "$log" "${K[@]}" all || die build "$log" "kernel build failed"
+done_step
+
+step "build: project modules"
+mkdir -p "$CACHE/ext-$flavour"
+run_logged "$log.ext" make -C "$build" LLVM=1 -j"$(nproc)" M="$TOP" MO="$CACHE/ext-$flavour" modules ||
+	die build "$log.ext" "project module build failed"
+done_step
+
+step "build: modules_install"
+rm -rf "$build/mods.tmp"
+{
+	"${K[@]}" INSTALL_MOD_PATH="$build/mods.tmp" INSTALL_MOD_STRIP=1 modules_install &&
+		make -C "$build" LLVM=1 M="$TOP" MO="$CACHE/ext-$flavour" \
+			INSTALL_MOD_PATH="$build/mods.tmp" INSTALL_MOD_STRIP=1 modules_install
+} >"$log.install" 2>&1 || die build "$log.install" "modules_install failed"
+rm -rf "$build/mods"
+mv "$build/mods.tmp" "$build/mods"
+done_step

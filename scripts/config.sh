@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Usage: scripts/config.sh SRC BUILD FRAGMENT...
+# tinyconfig + fragments via the tree's merge_config.sh, then olddefconfig, then
+# a check that every option the fragments ask for really is set.
+. "$(dirname "$0")/lib.sh"
+
+src=$1 build=$2
+shift 2
+set -- $(realpath "$@")
+log=$CACHE/logs/config.log
+want=$(cat "$@" | sha256sum | cut -c1-16)
+if [ -f "$build/.config" ] && [ "$(cat "$build/.config.fragment-hash" 2>/dev/null)" = "$want" ]; then
+	exit 0
+fi
+
+step "config: tinyconfig + $(basename -a "$@" | tr '\n' ' ')"
+mkdir -p "$build"
+tmp=$build/.config.new
+K=(make -C "$src" O="$build" LLVM=1)
+{
+	"${K[@]}" KCONFIG_CONFIG=.config.new tinyconfig &&
+		(cd "$build" && "$src/scripts/kconfig/merge_config.sh" -m -O . .config.new "$@" &&
+			mv .config .config.new) &&
+		"${K[@]}" KCONFIG_CONFIG=.config.new olddefconfig
+} >"$log" 2>&1 || die config "$log" "make tinyconfig/olddefconfig failed"
+
+# Kconfig drops options whose dependencies are missing: fail loudly instead.
+bad=0
+while IFS= read -r line; do
+	case "$line" in
+	CONFIG_*=*)
+		if ! grep -qxF "$line" "$tmp"; then
+			echo "config: asked for '$line', got '$(grep "^${line%%=*}=" "$tmp" || echo "not set")'" >&2
+			bad=1
+		fi
+		;;
+	"# CONFIG_"*" is not set")
+		opt=${line#\# }
+		opt=${opt%% *}
+		if grep -q "^$opt=" "$tmp"; then
+			echo "config: asked for $opt off, got '$(grep "^$opt=" "$tmp")'" >&2
+			bad=1
+		fi
+		;;
+	esac
+done < <(cat "$@")
+[ "$bad" = 0 ] || die config "$log" "Kconfig dropped options (missing dependencies?)"
+
+if ! cmp -s "$tmp" "$build/.config"; then
+	mv "$tmp" "$build/.config"
+else
+	rm -f "$tmp"
+fi
+echo "$want" >"$build/.config.fragment-hash"
+done_step

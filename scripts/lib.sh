@@ -1,0 +1,61 @@
+# shellcheck shell=bash
+# Common settings and helpers, sourced by every script in scripts/.
+
+set -euo pipefail
+trap 'echo "ERROR: $0: line $LINENO: command failed (exit $?)" >&2' ERR
+
+TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE=${RDMA_RUST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rdma-rust-drain}
+KVER_SERIES=7.3
+KVER_PIN=7.3.4-1~bpo13+1
+BINDGEN_VERSION=0.73.2
+LLVM_BIN=/usr/lib/llvm-19/bin
+
+export PATH="$LLVM_BIN:$CACHE/tools/bin:$HOME/.cargo/bin:$PATH"
+export LIBCLANG_PATH=/usr/lib/llvm-19/lib
+
+mkdir -p "$CACHE/logs"
+
+_t0=$(date +%s)
+
+# step NAME: announce the start of a long step.
+step() {
+	_step=$1
+	_step_t0=$(date +%s)
+	echo ">> $_step ..."
+}
+
+# done_step: announce the end of the current step with its elapsed time.
+done_step() {
+	echo "<< $_step done in $(($(date +%s) - _step_t0)) s"
+}
+
+# die STEP LOG MSG: one clear line, the tail of the log, non-zero exit.
+die() {
+	local what=$1 log=$2
+	shift 2
+	echo "ERROR in $what: $*" >&2
+	if [ -n "$log" ] && [ -f "$log" ]; then
+		echo "---- last lines of $log ----" >&2
+		tail -n 30 "$log" >&2
+		echo "---- full log: $log ----" >&2
+	fi
+	exit 1
+}
+
+# run_logged LOG CMD...: run CMD with output to LOG (live too with V=1).
+run_logged() {
+	local log=$1
+	shift
+	if [ "${V:-0}" = 1 ]; then
+		"$@" 2>&1 | tee "$log"
+		return "${PIPESTATUS[0]}"
+	fi
+	"$@" >"$log" 2>&1
+}
+
+# Hash of everything in the repo that goes into the kernel tree.
+overlay_hash() {
+	(cd "$TOP" && find rust drivers patches -type f 2>/dev/null |
+		LC_ALL=C sort | xargs sha256sum) | sha256sum | cut -c1-16
+}

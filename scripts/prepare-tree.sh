@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Usage: scripts/prepare-tree.sh
+# Make the working tree $CACHE/src = pristine + the project's overlay:
+# new files from rust/ and drivers/ at their kernel paths, and patches/*.patch
+# for existing files. Updates are exact and incremental: only files whose
+# content changes are rewritten, so Kbuild rebuilds only what changed.
+. "$(dirname "$0")/lib.sh"
+
+pristine=$CACHE/pristine src=$CACHE/src
+log=$CACHE/logs/prepare-tree.log
+[ -f "$pristine/.complete" ] || die prepare-tree "" "no pristine tree (run scripts/fetch-kernel.sh)"
+
+state=$src/.overlay-state
+want=$(overlay_hash)
+[ -f "$state" ] && [ "$(cat "$state")" = "$want" ] && exit 0
+
+step "prepare-tree: overlay $want"
+if [ ! -f "$src/.complete" ]; then
+	rm -rf "$src" "$src.tmp"
+	cp -a "$pristine" "$src.tmp"
+	mv "$src.tmp" "$src"
+fi
+rm -f "$state"
+
+# 1. Patched files: patch pristine copies in a scratch tree, then copy over
+#    only what differs. A patch that does not apply leaves $src untouched.
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+shopt -s nullglob
+patches=("$TOP"/patches/*.patch)
+: >"$scratch/files"
+for p in "${patches[@]}"; do
+	sed -n 's|^--- a/||p; s|^+++ b/||p' "$p" >>"$scratch/files"
+done
+sort -u "$scratch/files" -o "$scratch/files"
+mkdir -p "$scratch/t"
+while IFS= read -r f; do
+	if [ -f "$pristine/$f" ]; then
+		mkdir -p "$scratch/t/$(dirname "$f")"
+		cp -p "$pristine/$f" "$scratch/t/$f"
+	fi
+done <"$scratch/files"
+for p in "${patches[@]}"; do
+	(cd "$scratch/t" && git apply --whitespace=nowarn "$p") >>"$log" 2>&1 ||
+		die prepare-tree "$log" "patch $(basename "$p") does not apply to the pristine tree"
+done
+# Files patched last time but not now go back to pristine.
+prev=$src/.overlay-patched
+if [ -f "$prev" ]; then
+	comm -23 "$prev" "$scratch/files" | while IFS= read -r f; do
+		if [ -f "$pristine/$f" ]; then cp -p "$pristine/$f" "$src/$f"; else rm -f "$src/$f"; fi
+	done
+fi
+while IFS= read -r f; do
+	if ! cmp -s "$scratch/t/$f" "$src/$f"; then
+		mkdir -p "$(dirname "$src/$f")"
+		cp "$scratch/t/$f" "$src/$f"
+	fi
+done <"$scratch/files"
+cp "$scratch/files" "$prev"
+
+# 2. New files at their kernel paths (checksums, so mtimes move only on change).
+(cd "$TOP" && find rust drivers -type f 2>/dev/null | LC_ALL=C sort) >"$scratch/new"
+prevnew=$src/.overlay-files
+if [ -f "$prevnew" ]; then
+	comm -23 "$prevnew" "$scratch/new" | while IFS= read -r f; do
+		if [ -f "$pristine/$f" ]; then cp -p "$pristine/$f" "$src/$f"; else rm -f "$src/$f"; fi
+	done
+fi
+if [ -s "$scratch/new" ]; then
+	(cd "$TOP" && rsync -c --files-from="$scratch/new" . "$src/") >>"$log" 2>&1 ||
+		die prepare-tree "$log" "copying the overlay failed"
+fi
+cp "$scratch/new" "$prevnew"
+
+echo "$want" >"$state"
+done_step

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Usage: scripts/results.py KERNEL-SRC CONSOLE-LOG [CHECK=RC...]
+
+Turn a test VM's console log into results: every KTAP stream in it (built-in
+KUnit at boot, each module's suites when it loads, the guest's shell checks)
+is parsed by the tree's own tools/testing/kunit/kunit.py; kernel reports
+(WARNING, BUG, Oops, panic, KASAN, lockdep, hung task) and a missing end of
+run count as failures of their own. Prints per-suite counts, then the line
+'N passed, N failed'. Exit status 1 on any failure.
+"""
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+
+PREFIX = re.compile(r"^\[\s*\d+\.\d+\]\s?")
+REPORTS = re.compile(
+    r"WARNING:|BUG:|KASAN:|Oops|Kernel panic|possible circular locking|"
+    r"possible recursive locking|inconsistent lock state|blocked for more than|"
+    r"UBSAN:|kmemleak:.*new suspected|general protection fault"
+)
+END_MARK = "rust-drain: tests done"
+
+
+def streams(lines):
+    """Split the log at each top-level 'KTAP version' header."""
+    out, cur = [], None
+    for line in lines:
+        body = PREFIX.sub("", line)
+        if body.startswith("KTAP version") or body.startswith("TAP version"):
+            cur = []
+            out.append(cur)
+        if cur is not None:
+            cur.append(body)
+    return out
+
+
+def count(node, suite_counts, path):
+    name = node.get("name") or ""
+    subs = node.get("sub_groups") or []
+    cases = node.get("test_cases") or []
+    p = f"{path}.{name}" if path and name else (name or path)
+    if not subs and not cases:
+        return
+    for c in cases:
+        if c.get("sub_groups") or c.get("test_cases"):
+            count(c, suite_counts, p)
+            continue
+        st = c.get("status")
+        sc = suite_counts.setdefault(p, [0, 0, 0])
+        if st == "PASS":
+            sc[0] += 1
+        elif st == "SKIP":
+            sc[2] += 1
+        else:
+            sc[1] += 1
+    for s in subs:
+        count(s, suite_counts, p)
+
+
+def main():
+    src, log = sys.argv[1], sys.argv[2]
+    host_checks = sys.argv[3:]  # exit codes of host-side checks, by name=rc
+    with open(log, errors="replace") as f:
+        lines = f.read().splitlines()
+    suites = {}
+    failed_extra = []
+    for i, st in enumerate(streams(lines)):
+        with tempfile.NamedTemporaryFile("w", suffix=".log") as tf, \
+                tempfile.NamedTemporaryFile("r", suffix=".json") as jf:
+            tf.write("\n".join(st) + "\n")
+            tf.flush()
+            r = subprocess.run(
+                [sys.executable, f"{src}/tools/testing/kunit/kunit.py", "parse",
+                 f"--json={jf.name}", tf.name],
+                capture_output=True, text=True)
+            try:
+                data = json.load(jf)
+            except ValueError:
+                failed_extra.append(f"KTAP stream {i}: kunit.py parse failed: "
+                                    f"{(r.stdout + r.stderr).strip()[-300:]}")
+                continue
+        for group in data.get("sub_groups") or []:
+            count(group, suites, "")
+        for case in data.get("test_cases") or []:
+            st = case.get("status")
+            sc = suites.setdefault(case.get("name", "?"), [0, 0, 0])
+            sc[0 if st == "PASS" else 2 if st == "SKIP" else 1] += 1
+
+    for i, line in enumerate(lines):
+        if REPORTS.search(line):
+            ctx = "\n".join("    " + l for l in lines[max(0, i - 5):i + 15])
+            failed_extra.append(f"kernel report in the log, line {i + 1}:\n{ctx}")
+    if not any(END_MARK in l for l in lines):
+        tail = "\n".join("    " + l for l in lines[-20:])
+        failed_extra.append(f"the run did not reach its end ('{END_MARK}'):\n{tail}")
+
+    for hc in host_checks:
+        name, _, rc = hc.partition("=")
+        suites.setdefault("host_checks", [0, 0, 0])[0 if rc == "0" else 1] += 1
+        if rc != "0":
+            print(f"FAIL: host check {name} (exit {rc})")
+
+    passed = failed = 0
+    for name in sorted(suites):
+        p, f, s = suites[name]
+        print(f"  {name}: {p} passed, {f} failed" + (f", {s} skipped (counted as failed)" if s else ""))
+        passed += p
+        failed += f + s
+    if not suites:
+        failed_extra.append("no KTAP results in the log")
+    for e in failed_extra:
+        print(f"FAIL: {e}")
+    failed += len(failed_extra)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
