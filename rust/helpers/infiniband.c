@@ -1,0 +1,17 @@
+// SPDX-License-Identifier: GPL-2.0
+
+#include <rdma/ib_verbs.h>
+
+__rust_helper int rust_helper_ib_post_recv(struct ib_qp *qp,
+					   const struct ib_recv_wr *recv_wr,
+					   const struct ib_recv_wr **bad_recv_wr)
+{
+	return ib_post_recv(qp, recv_wr, bad_recv_wr);
+}
+
+__rust_helper int rust_helper_ib_post_send(struct ib_qp *qp,
+					   const struct ib_send_wr *send_wr,
+					   const struct ib_send_wr **bad_send_wr)
+{
+	return ib_post_send(qp, send_wr, bad_send_wr);
+}

@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! RDMA completion queues.
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+
+use crate::{bindings, types::Opaque};
+
+/// The context in which the completions of a [`Cq`] are reaped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PollContext {
+    /// Polled from softirq context.
+    Softirq,
+    /// Polled from a bound workqueue.
+    Workqueue,
+    /// Polled from an unbound workqueue.
+    UnboundWorkqueue,
+    /// Nobody polls in the background: the consumer calls
+    /// `ib_process_cq_direct()` itself.
+    Direct,
+}
+
+impl PollContext {
+    /// Returns the C `enum ib_poll_context` value.
+    pub fn as_raw(self) -> bindings::ib_poll_context {
+        match self {
+            Self::Softirq => bindings::ib_poll_context_IB_POLL_SOFTIRQ,
+            Self::Workqueue => bindings::ib_poll_context_IB_POLL_WORKQUEUE,
+            Self::UnboundWorkqueue => bindings::ib_poll_context_IB_POLL_UNBOUND_WORKQUEUE,
+            Self::Direct => bindings::ib_poll_context_IB_POLL_DIRECT,
+        }
+    }
+
+    fn from_raw(raw: bindings::ib_poll_context) -> Option<Self> {
+        [
+            Self::Softirq,
+            Self::Workqueue,
+            Self::UnboundWorkqueue,
+            Self::Direct,
+        ]
+        .into_iter()
+        .find(|c| c.as_raw() == raw)
+    }
+}
+
+/// A view of a completion queue (`struct ib_cq`).
+///
+/// # Invariants
+///
+/// The inner `struct ib_cq` is valid for as long as a `&Cq` exists.
+#[repr(transparent)]
+pub struct Cq(Opaque<bindings::ib_cq>);
+
+// SAFETY: The RDMA core uses `struct ib_cq` from any thread; `Cq` only reads
+// fields that are set when the CQ is created.
+unsafe impl Send for Cq {}
+
+// SAFETY: See `Send`; concurrent reads of those fields are fine.
+unsafe impl Sync for Cq {}
+
+impl Cq {
+    /// Creates a reference to a [`Cq`] from a raw pointer.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must point to a valid `struct ib_cq` that stays valid for `'a`.
+    pub unsafe fn from_raw<'a>(ptr: *mut bindings::ib_cq) -> &'a Self {
+        // SAFETY: `Cq` is a transparent wrapper of `struct ib_cq`, and the caller
+        // guarantees that `ptr` is valid for `'a`.
+        unsafe { &*ptr.cast() }
+    }
+
+    /// Returns the raw `struct ib_cq` pointer.
+    pub fn as_raw(&self) -> *mut bindings::ib_cq {
+        self.0.get()
+    }
+
+    /// Returns the CQ's restrack id, as the rdma_core tracepoints print it.
+    pub fn id(&self) -> u32 {
+        // SAFETY: By the type invariant the CQ is valid.
+        unsafe { (*self.as_raw()).res.id }
+    }
+
+    /// Returns the number of entries the CQ holds.
+    pub fn capacity(&self) -> i32 {
+        // SAFETY: By the type invariant the CQ is valid.
+        unsafe { (*self.as_raw()).cqe }
+    }
+
+    /// Returns how the CQ is polled, or `None` for an unknown value.
+    pub fn poll_context(&self) -> Option<PollContext> {
+        // SAFETY: By the type invariant the CQ is valid.
+        PollContext::from_raw(unsafe { (*self.as_raw()).poll_ctx })
+    }
+
+    /// Returns `true` if completions on this CQ call their `ib_cqe::done`.
+    ///
+    /// Only CQs from `ib_alloc_cq()` do: that is the function that allocates the
+    /// polling array `wc`. A CQ from `ib_create_cq()` reports completions to its
+    /// own handler, so a drain marker posted to it would never complete.
+    pub fn calls_cqe_done(&self) -> bool {
+        // SAFETY: By the type invariant the CQ is valid.
+        !unsafe { (*self.as_raw()).wc }.is_null()
+    }
+
+    /// Polls up to `budget` completions (all if negative) and runs their `done`.
+    ///
+    /// # Safety
+    ///
+    /// No other context may poll this CQ at the same time.
+    pub(crate) unsafe fn process_direct(&self, budget: i32) -> i32 {
+        // SAFETY: The CQ is valid, and the caller guarantees that nobody else
+        // polls it concurrently.
+        unsafe { bindings::ib_process_cq_direct(self.as_raw(), budget) }
+    }
+
+    /// Fires the `cq_drain_complete` tracepoint for this CQ.
+    pub fn trace_drain_complete(&self) {
+        // SAFETY: The tracepoint only reads `cq->res.id` of a valid CQ.
+        unsafe { trace::cq_drain_complete(self.as_raw()) }
+    }
+}
+
+mod trace {
+    use crate::bindings;
+
+    crate::declare_trace! {
+        /// # Safety
+        ///
+        /// `cq` must point to a valid `struct ib_cq`.
+        pub(super) unsafe fn cq_drain_complete(cq: *const bindings::ib_cq);
+    }
+}

@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! RDMA devices.
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+
+use crate::{bindings, prelude::*, types::Opaque};
+
+/// A view of a registered RDMA device (`struct ib_device`).
+///
+/// # Invariants
+///
+/// The inner `struct ib_device` is valid for as long as a `&Device` exists.
+#[repr(transparent)]
+pub struct Device(Opaque<bindings::ib_device>);
+
+// SAFETY: The RDMA core uses `struct ib_device` from any thread; the methods
+// of `Device` only read fields that do not change after registration.
+unsafe impl Send for Device {}
+
+// SAFETY: See `Send`; concurrent reads of those fields are fine.
+unsafe impl Sync for Device {}
+
+impl Device {
+    /// Creates a reference to a [`Device`] from a raw pointer.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must point to a valid `struct ib_device` that stays valid for `'a`.
+    pub unsafe fn from_raw<'a>(ptr: *mut bindings::ib_device) -> &'a Self {
+        // SAFETY: `Device` is a transparent wrapper of `struct ib_device`, and the
+        // caller guarantees that `ptr` is valid for `'a`.
+        unsafe { &*ptr.cast() }
+    }
+
+    /// Returns the raw `struct ib_device` pointer.
+    pub fn as_raw(&self) -> *mut bindings::ib_device {
+        self.0.get()
+    }
+
+    /// Returns the device's name, such as `rxe0`.
+    pub fn name(&self) -> &CStr {
+        // SAFETY: By the type invariant the device is valid; its kobject name is
+        // set before registration and is NUL-terminated when not null.
+        let name = unsafe { (*self.as_raw()).__bindgen_anon_1.dev.kobj.name };
+        if name.is_null() {
+            return c"(unnamed)";
+        }
+        // SAFETY: `name` is a valid, NUL-terminated string owned by the device.
+        unsafe { CStr::from_char_ptr(name) }
+    }
+
+    /// Returns the device's operations table.
+    pub(crate) fn ops(&self) -> &bindings::ib_device_ops {
+        // SAFETY: By the type invariant the device is valid, and its ops are
+        // set once before registration.
+        unsafe { &(*self.as_raw()).ops }
+    }
+}

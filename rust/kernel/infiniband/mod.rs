@@ -1,0 +1,20 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! RDMA verbs: devices, completion queues, queue pairs, and draining them.
+//!
+//! The types here are views of objects that the RDMA core owns. The caller
+//! rules of the verbs become type rules where Rust can express them: posting
+//! on a work queue, and draining it, need the queue's [`RecvQueue`] or
+//! [`SendQueue`] token by `&mut`, so no other context can post during a drain.
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+
+mod cq;
+mod device;
+mod marker;
+mod qp;
+
+pub use cq::{Cq, PollContext};
+pub use device::Device;
+pub use marker::DrainMarker;
+pub use qp::{Qp, RawQp, RecvQueue, SendQueue, WorkQueue};
