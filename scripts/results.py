@@ -89,8 +89,10 @@ def main():
             sc = suites.setdefault(case.get("name", "?"), [0, 0, 0])
             sc[0 if st == "PASS" else 2 if st == "SKIP" else 1] += 1
 
+    last = -100
     for i, line in enumerate(lines):
-        if REPORTS.search(line):
+        if REPORTS.search(line) and i - last > 30:
+            last = i
             ctx = "\n".join("    " + l for l in lines[max(0, i - 5):i + 15])
             failed_extra.append(f"kernel report in the log, line {i + 1}:\n{ctx}")
     if not any(END_MARK in l for l in lines):

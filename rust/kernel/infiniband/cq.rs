@@ -4,7 +4,14 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
-use crate::{bindings, types::Opaque};
+use super::Device;
+use crate::{bindings, error::from_err_ptr, prelude::*, types::Opaque};
+use core::{
+    marker::PhantomData,
+    ops::Deref,
+    ptr::NonNull,
+    sync::atomic::{AtomicU32, Ordering},
+};
 
 /// The context in which the completions of a [`Cq`] are reaped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,5 +136,96 @@ mod trace {
         ///
         /// `cq` must point to a valid `struct ib_cq`.
         pub(super) unsafe fn cq_drain_complete(cq: *const bindings::ib_cq);
+    }
+}
+
+/// A completion queue allocated with `ib_alloc_cq()`, freed when dropped.
+///
+/// Every QP created on it reserves room for all the work requests it can have
+/// outstanding plus one drain marker per work queue, so a drain can never find
+/// the CQ full: a full CQ drops the marker's completion and the drain would
+/// wait forever.
+///
+/// # Invariants
+///
+/// `ptr` is a valid CQ from `ib_alloc_cq()` owned by this object, with
+/// `capacity` entries of which `reserved` are promised to QPs.
+pub struct OwnedCq<'d> {
+    ptr: NonNull<bindings::ib_cq>,
+    capacity: u32,
+    reserved: AtomicU32,
+    _dev: PhantomData<&'d Device>,
+}
+
+// SAFETY: A CQ may be used and freed from any thread.
+unsafe impl Send for OwnedCq<'_> {}
+
+// SAFETY: The reservation count is atomic; everything else is read-only.
+unsafe impl Sync for OwnedCq<'_> {}
+
+impl<'d> OwnedCq<'d> {
+    /// Allocates a CQ with `entries` entries on `dev`, polled in `ctx`.
+    pub fn alloc(dev: &'d Device, entries: u32, comp_vector: i32, ctx: PollContext) -> Result<Self> {
+        let nr = i32::try_from(entries).map_err(|_| EINVAL)?;
+        // SAFETY: `dev` is a valid, registered device.
+        let ptr = from_err_ptr(unsafe {
+            bindings::__ib_alloc_cq(
+                dev.as_raw(),
+                core::ptr::null_mut(),
+                nr,
+                comp_vector,
+                ctx.as_raw(),
+                c"kernel::infiniband".as_char_ptr(),
+            )
+        })?;
+        let ptr = NonNull::new(ptr).ok_or(ENOMEM)?;
+        // INVARIANT: A new CQ with no QP on it.
+        Ok(Self {
+            ptr,
+            capacity: entries,
+            reserved: AtomicU32::new(0),
+            _dev: PhantomData,
+        })
+    }
+
+    /// Reserves `n` entries for a work queue; `EBUSY` if the CQ has no room,
+    /// or if `exclusive` and another queue uses the CQ already.
+    pub(crate) fn reserve(&self, n: u32, exclusive: bool) -> Result {
+        self.reserved
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| {
+                if exclusive && r != 0 {
+                    return None;
+                }
+                r.checked_add(n).filter(|&t| t <= self.capacity)
+            })
+            .map(|_| ())
+            .map_err(|_| EBUSY)
+    }
+
+    /// Returns `n` entries reserved with [`OwnedCq::reserve`].
+    pub(crate) fn unreserve(&self, n: u32) {
+        self.reserved.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// Returns the number of entries not yet reserved by QPs.
+    pub fn available(&self) -> u32 {
+        self.capacity - self.reserved.load(Ordering::Relaxed)
+    }
+}
+
+impl Deref for OwnedCq<'_> {
+    type Target = Cq;
+
+    fn deref(&self) -> &Cq {
+        // SAFETY: By the type invariant the CQ is valid while `self` lives.
+        unsafe { Cq::from_raw(self.ptr.as_ptr()) }
+    }
+}
+
+impl Drop for OwnedCq<'_> {
+    fn drop(&mut self) {
+        // SAFETY: By the type invariant we own the CQ, and it came from
+        // ib_alloc_cq(); the QPs on it borrow `self`, so they are gone.
+        unsafe { bindings::ib_free_cq(self.ptr.as_ptr()) };
     }
 }

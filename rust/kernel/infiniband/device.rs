@@ -5,6 +5,7 @@
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
 use crate::{bindings, prelude::*, types::Opaque};
+use core::{ops::Deref, ptr::NonNull};
 
 /// A view of a registered RDMA device (`struct ib_device`).
 ///
@@ -55,5 +56,62 @@ impl Device {
         // SAFETY: By the type invariant the device is valid, and its ops are
         // set once before registration.
         unsafe { &(*self.as_raw()).ops }
+    }
+}
+
+/// A reference to a registered RDMA device that keeps it from being
+/// unregistered until dropped.
+///
+/// # Invariants
+///
+/// `ptr` is a valid `struct ib_device` on which this object holds one
+/// registration reference (`ib_device_try_get()`).
+pub struct DeviceRef {
+    ptr: NonNull<bindings::ib_device>,
+}
+
+// SAFETY: The reference may be dropped from any thread: `ib_device_put()` is
+// thread-safe.
+unsafe impl Send for DeviceRef {}
+
+// SAFETY: `DeviceRef` only gives out `&Device`, which is `Sync`.
+unsafe impl Sync for DeviceRef {}
+
+impl DeviceRef {
+    /// Finds the RDMA device bound to the network device `netdev` (in the
+    /// initial network namespace), such as the `dummy0` of an rxe device.
+    pub fn get_by_netdev(netdev: &CStr) -> Result<Self> {
+        let net = &raw mut bindings::init_net;
+        // SAFETY: Under the RCU read lock the netdev found stays valid, and
+        // ib_device_get_by_netdev() only compares its address.
+        let dev = unsafe {
+            bindings::rcu_read_lock();
+            let ndev = bindings::dev_get_by_name_rcu(net, netdev.as_char_ptr());
+            let dev = if ndev.is_null() {
+                core::ptr::null_mut()
+            } else {
+                bindings::ib_device_get_by_netdev(ndev, bindings::rdma_driver_id_RDMA_DRIVER_UNKNOWN)
+            };
+            bindings::rcu_read_unlock();
+            dev
+        };
+        // INVARIANT: ib_device_get_by_netdev() returned a held device or NULL.
+        NonNull::new(dev).map(|ptr| Self { ptr }).ok_or(ENODEV)
+    }
+}
+
+impl Deref for DeviceRef {
+    type Target = Device;
+
+    fn deref(&self) -> &Device {
+        // SAFETY: By the type invariant the device is valid while `self` lives.
+        unsafe { Device::from_raw(self.ptr.as_ptr()) }
+    }
+}
+
+impl Drop for DeviceRef {
+    fn drop(&mut self) {
+        // SAFETY: By the type invariant `self` holds one reference.
+        unsafe { bindings::ib_device_put(self.ptr.as_ptr()) };
     }
 }

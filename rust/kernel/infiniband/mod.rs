@@ -10,11 +10,15 @@
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
 mod cq;
+mod cqe;
 mod device;
 mod marker;
+mod pd;
 mod qp;
 
-pub use cq::{Cq, PollContext};
-pub use device::Device;
+pub use cq::{Cq, OwnedCq, PollContext};
+pub use cqe::{CompletionHandler, Cqe, WcStatus, WorkCompletion};
+pub use device::{Device, DeviceRef};
 pub use marker::DrainMarker;
-pub use qp::{Qp, RawQp, RecvQueue, SendQueue, WorkQueue};
+pub use pd::Pd;
+pub use qp::{OwnedQp, QpConfig, Qp, RawQp, RecvQueue, SendQueue, WorkQueue};

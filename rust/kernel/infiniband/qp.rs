@@ -4,8 +4,15 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
-use super::{Cq, Device, DrainMarker};
-use crate::{bindings, error::to_result, prelude::*, time::Jiffies, types::Opaque};
+use super::{CompletionHandler, Cq, Cqe, Device, DrainMarker, OwnedCq, Pd, PollContext};
+use crate::{
+    bindings,
+    error::{from_err_ptr, to_result},
+    prelude::*,
+    time::Jiffies,
+    types::Opaque,
+};
+use core::{marker::PhantomData, ops::Deref, ptr::NonNull};
 
 /// The C `struct ib_qp`, for `extern "C"` entry points that receive one.
 pub type RawQp = bindings::ib_qp;
@@ -278,5 +285,219 @@ impl<'a> WorkQueue<'a> for SendQueue<'a> {
             Some(cq) => unsafe { cq.process_direct(-1) },
             None => 0,
         }
+    }
+}
+
+impl RecvQueue<'_> {
+    /// Posts a receive work request without buffers, whose completion runs
+    /// `cqe`'s handler. It matches a zero-length send, or is flushed.
+    pub fn post<H: CompletionHandler>(&mut self, cqe: Pin<&Cqe<H>>) -> Result {
+        let mut wr = bindings::ib_recv_wr::default();
+        wr.__bindgen_anon_1.wr_cqe = cqe.get();
+        // SAFETY: The QP and `wr` are valid. `cqe` is pinned and waits in its
+        // drop for every completion counted by `get()`. By the type invariant
+        // nobody else posts receives now.
+        let ret = to_result(unsafe {
+            bindings::ib_post_recv(self.qp.as_raw(), &wr, core::ptr::null_mut())
+        });
+        if ret.is_err() {
+            cqe.put_unposted();
+        }
+        ret
+    }
+}
+
+impl SendQueue<'_> {
+    /// Posts a signaled zero-length SEND, whose completion runs `cqe`'s handler.
+    pub fn post_send<H: CompletionHandler>(&mut self, cqe: Pin<&Cqe<H>>) -> Result {
+        let mut wr = bindings::ib_send_wr::default();
+        wr.__bindgen_anon_1.wr_cqe = cqe.get();
+        wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
+        wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED as i32;
+        // SAFETY: As for `RecvQueue::post`, for the send queue.
+        let ret = to_result(unsafe {
+            bindings::ib_post_send(self.qp.as_raw(), &wr, core::ptr::null_mut())
+        });
+        if ret.is_err() {
+            cqe.put_unposted();
+        }
+        ret
+    }
+}
+
+/// Sizes of a new QP's work queues, as the consumer will use them.
+#[derive(Clone, Copy, Debug)]
+pub struct QpConfig {
+    /// Send work requests the consumer may have outstanding.
+    pub send_depth: u32,
+    /// Receive work requests the consumer may have outstanding.
+    pub recv_depth: u32,
+}
+
+/// A reliable-connected QP, destroyed when dropped.
+///
+/// Both work queues and their CQs have one entry more than asked for, for
+/// the drain marker, so "room for the drain" holds by construction.
+/// Posting and draining need the queue's token by `&mut`, so nothing posts
+/// during a drain.
+///
+/// # Invariants
+///
+/// `ptr` is a valid QP owned by this object, created on a PD and CQs that
+/// outlive `'a`, in which it reserved `send_depth + 1` and `recv_depth + 1`
+/// entries.
+pub struct OwnedQp<'a> {
+    ptr: NonNull<bindings::ib_qp>,
+    send_cq: &'a OwnedCq<'a>,
+    recv_cq: &'a OwnedCq<'a>,
+    config: QpConfig,
+    in_reset: bool,
+    _pd: PhantomData<&'a Pd<'a>>,
+}
+
+// SAFETY: A QP may be used and destroyed from any thread.
+unsafe impl Send for OwnedQp<'_> {}
+
+// SAFETY: Through `&self` only the thread-safe `Qp` methods are reachable.
+unsafe impl Sync for OwnedQp<'_> {}
+
+impl<'a> OwnedQp<'a> {
+    /// Creates an RC QP on `pd` with the given CQs and queue depths.
+    ///
+    /// Fails with `EBUSY` if a CQ has no room for the new queues, or if a
+    /// CQ polled directly ([`PollContext::Direct`]) already serves another
+    /// QP: its poller would race with the other QP's drain.
+    pub fn create_rc(
+        pd: &'a Pd<'a>,
+        send_cq: &'a OwnedCq<'a>,
+        recv_cq: &'a OwnedCq<'a>,
+        config: QpConfig,
+    ) -> Result<Self> {
+        let send = config.send_depth.checked_add(1).ok_or(EINVAL)?;
+        let recv = config.recv_depth.checked_add(1).ok_or(EINVAL)?;
+        let direct = |cq: &OwnedCq<'_>| cq.poll_context() == Some(PollContext::Direct);
+        if core::ptr::eq(send_cq, recv_cq) {
+            send_cq.reserve(send + recv, direct(send_cq))?;
+        } else {
+            send_cq.reserve(send, direct(send_cq))?;
+            if let Err(e) = recv_cq.reserve(recv, direct(recv_cq)) {
+                send_cq.unreserve(send);
+                return Err(e);
+            }
+        }
+        let mut attr = bindings::ib_qp_init_attr {
+            send_cq: send_cq.as_raw(),
+            recv_cq: recv_cq.as_raw(),
+            qp_type: bindings::ib_qp_type_IB_QPT_RC,
+            sq_sig_type: bindings::ib_sig_type_IB_SIGNAL_REQ_WR,
+            ..Default::default()
+        };
+        attr.cap.max_send_wr = send;
+        attr.cap.max_recv_wr = recv;
+        attr.cap.max_send_sge = 1;
+        attr.cap.max_recv_sge = 1;
+        // SAFETY: `pd`, the CQs and `attr` are valid.
+        let ptr = from_err_ptr(unsafe {
+            bindings::ib_create_qp_kernel(pd.as_raw(), &mut attr, c"kernel::infiniband".as_char_ptr())
+        });
+        let ptr = match ptr.map(NonNull::new) {
+            Ok(Some(ptr)) => ptr,
+            Ok(None) | Err(_) => {
+                send_cq.unreserve(send);
+                recv_cq.unreserve(recv);
+                return Err(ptr.err().unwrap_or(ENOMEM));
+            }
+        };
+        // INVARIANT: The QP is new and owned; the reservations were made.
+        Ok(Self {
+            ptr,
+            send_cq,
+            recv_cq,
+            config,
+            in_reset: true,
+            _pd: PhantomData,
+        })
+    }
+
+    /// Returns the queue depths the QP was created with.
+    pub fn config(&self) -> QpConfig {
+        self.config
+    }
+
+    /// Moves the new QP to the INIT state on `port`, so that receives can be
+    /// posted; local writes only.
+    pub fn init(&mut self, port: u32) -> Result {
+        let mut attr = bindings::ib_qp_attr {
+            qp_state: bindings::ib_qp_state_IB_QPS_INIT,
+            port_num: port,
+            pkey_index: 0,
+            qp_access_flags: bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE as i32,
+            ..Default::default()
+        };
+        let mask = bindings::ib_qp_attr_mask_IB_QP_STATE
+            | bindings::ib_qp_attr_mask_IB_QP_PKEY_INDEX
+            | bindings::ib_qp_attr_mask_IB_QP_PORT
+            | bindings::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS;
+        // SAFETY: The QP and `attr` are valid, `&mut self` excludes concurrent
+        // state changes through this handle.
+        to_result(unsafe { bindings::ib_modify_qp(self.as_raw(), &mut attr, mask as i32) })?;
+        self.in_reset = false;
+        Ok(())
+    }
+
+    /// Returns the receive queue's posting token.
+    pub fn rq(&mut self) -> RecvQueue<'_> {
+        // SAFETY: `&mut self` excludes every other poster on this QP, and a
+        // direct CQ serves no other QP (`create_rc`).
+        unsafe { self.recv_queue() }
+    }
+
+    /// Returns the send queue's posting token.
+    pub fn sq(&mut self) -> SendQueue<'_> {
+        // SAFETY: As for `rq`.
+        unsafe { self.send_queue() }
+    }
+
+    /// Blocks until every receive completion has been consumed
+    /// (`ib_drain_rq()`). The QP is in the error state afterwards.
+    pub fn drain_rq(&mut self) {
+        // SAFETY: The QP is valid, and `&mut self` excludes other posters.
+        unsafe { bindings::ib_drain_rq(self.as_raw()) }
+    }
+
+    /// Blocks until every send completion has been consumed (`ib_drain_sq()`).
+    pub fn drain_sq(&mut self) {
+        // SAFETY: As for `drain_rq`.
+        unsafe { bindings::ib_drain_sq(self.as_raw()) }
+    }
+
+    /// Blocks until every completion has been consumed (`ib_drain_qp()`).
+    pub fn drain(&mut self) {
+        // SAFETY: As for `drain_rq`.
+        unsafe { bindings::ib_drain_qp(self.as_raw()) }
+    }
+}
+
+impl Deref for OwnedQp<'_> {
+    type Target = Qp;
+
+    fn deref(&self) -> &Qp {
+        // SAFETY: By the type invariant the QP is valid while `self` lives.
+        unsafe { Qp::from_raw(self.ptr.as_ptr()) }
+    }
+}
+
+impl Drop for OwnedQp<'_> {
+    fn drop(&mut self) {
+        // Drain first, so that every posted work request has completed and no
+        // `Cqe` it points to waits forever. A QP still in RESET has nothing
+        // posted, and providers may refuse RESET -> ERR.
+        if !self.in_reset {
+            self.drain();
+        }
+        // SAFETY: By the type invariant we own the QP.
+        unsafe { bindings::ib_destroy_qp_user(self.ptr.as_ptr(), core::ptr::null_mut()) };
+        self.send_cq.unreserve(self.config.send_depth + 1);
+        self.recv_cq.unreserve(self.config.recv_depth + 1);
     }
 }

@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Completion handlers for posted work requests.
+
+use crate::{
+    bindings, container_of,
+    prelude::*,
+    time::{delay::fsleep, Delta},
+    types::Opaque,
+};
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+/// Status of a work completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WcStatus {
+    /// The work request completed successfully.
+    Success,
+    /// The work request was flushed: the QP was in the error state.
+    FlushError,
+    /// Any other error, with its `enum ib_wc_status` value.
+    Other(u32),
+}
+
+/// A work completion, as passed to [`CompletionHandler::done`].
+#[repr(transparent)]
+pub struct WorkCompletion(bindings::ib_wc);
+
+impl WorkCompletion {
+    /// Returns the completion's status.
+    pub fn status(&self) -> WcStatus {
+        match self.0.status {
+            bindings::ib_wc_status_IB_WC_SUCCESS => WcStatus::Success,
+            bindings::ib_wc_status_IB_WC_WR_FLUSH_ERR => WcStatus::FlushError,
+            other => WcStatus::Other(other),
+        }
+    }
+
+    /// Returns the number of the QP the work request was posted on.
+    pub fn qp_num(&self) -> u32 {
+        let qp = self.0.qp;
+        if qp.is_null() {
+            return 0;
+        }
+        // SAFETY: A completion's QP is valid while its handler runs.
+        unsafe { (*qp).qp_num }
+    }
+}
+
+/// What to do when a work request's completion is reaped.
+pub trait CompletionHandler: Sync {
+    /// Called in the CQ's poll context, once per completed work request.
+    fn done(&self, wc: &WorkCompletion);
+}
+
+/// A completion entry that any number of posted work requests can point to.
+///
+/// The provider keeps a pointer to it until each of those work requests has
+/// completed, so it is pinned, and dropping it waits until none is
+/// outstanding. Drain the QP before dropping a `Cqe` that was posted on it.
+///
+/// # Invariants
+///
+/// `cqe.done` is `Cqe::<H>::done_callback`; `outstanding` counts the posted
+/// work requests whose completion has not run yet.
+#[pin_data(PinnedDrop)]
+pub struct Cqe<H: CompletionHandler> {
+    #[pin]
+    cqe: Opaque<bindings::ib_cqe>,
+    outstanding: AtomicUsize,
+    handler: H,
+}
+
+// SAFETY: The C side only reads `cqe`, which is never written after
+// initialization; the rest is atomic or `Sync`.
+unsafe impl<H: CompletionHandler> Sync for Cqe<H> {}
+
+// SAFETY: As for `Sync`; nothing in a `Cqe` is tied to a thread.
+unsafe impl<H: CompletionHandler + Send> Send for Cqe<H> {}
+
+impl<H: CompletionHandler> Cqe<H> {
+    /// Creates an initializer for a completion entry that calls `handler`.
+    pub fn new(handler: H) -> impl PinInit<Self> {
+        // INVARIANT: `done` is set here once; nothing is posted yet.
+        pin_init!(Self {
+            cqe: Opaque::new(bindings::ib_cqe {
+                done: Some(Self::done_callback),
+            }),
+            outstanding: AtomicUsize::new(0),
+            handler,
+        })
+    }
+
+    /// Returns the handler.
+    pub fn handler(&self) -> &H {
+        &self.handler
+    }
+
+    /// Returns the number of posted work requests not completed yet.
+    pub fn outstanding(&self) -> usize {
+        self.outstanding.load(Ordering::Acquire)
+    }
+
+    /// # Safety
+    ///
+    /// `wc` must be a valid work completion whose `wr_cqe` is the `cqe` of a
+    /// live `Cqe<H>`.
+    unsafe extern "C" fn done_callback(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
+        // SAFETY: The caller guarantees that `wc` is valid.
+        let cqe = unsafe { (*wc).__bindgen_anon_1.wr_cqe };
+        // SAFETY: `cqe` points to the `cqe` field of a live `Cqe<H>`
+        // (`Opaque<T>` is a transparent wrapper of `T`).
+        let this = unsafe { &*container_of!(cqe.cast::<Opaque<bindings::ib_cqe>>(), Self, cqe) };
+        // SAFETY: `WorkCompletion` is a transparent wrapper of `struct ib_wc`.
+        this.handler.done(unsafe { &*wc.cast::<WorkCompletion>() });
+        this.outstanding.fetch_sub(1, Ordering::Release);
+    }
+
+    /// Counts a work request about to be posted with this entry.
+    pub(crate) fn get(&self) -> *mut bindings::ib_cqe {
+        self.outstanding.fetch_add(1, Ordering::Relaxed);
+        self.cqe.get()
+    }
+
+    /// Undoes [`Cqe::get`] for a work request that was not posted.
+    pub(crate) fn put_unposted(&self) {
+        self.outstanding.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[pinned_drop]
+impl<H: CompletionHandler> PinnedDrop for Cqe<H> {
+    fn drop(self: Pin<&mut Self>) {
+        // A posted work request still points at this entry: wait for it.
+        let mut waited_ms = 0u32;
+        while self.outstanding.load(Ordering::Acquire) != 0 {
+            fsleep(Delta::from_millis(1));
+            waited_ms += 1;
+            if waited_ms % 10_000 == 0 {
+                pr_warn!(
+                    "RDMA completion entry dropped with {} work requests outstanding, waiting\n",
+                    self.outstanding.load(Ordering::Relaxed)
+                );
+            }
+        }
+    }
+}
