@@ -8,7 +8,7 @@
 flavour=${1:-test} log=$2
 shift 2
 build=$CACHE/build-$flavour
-timeout_s=${BOOT_TIMEOUT:-900}
+timeout_s=${BOOT_TIMEOUT:-300}
 
 step "boot: $flavour kernel (console: $log)"
 rc=0

@@ -104,14 +104,20 @@ fn drain_generic<'a, Q: WorkQueue<'a>>(q: &mut Q) {
         return;
     }
     if let Err(e) = qp.set_error_state() {
-        pr_warn!("{dev}: QP {qpn:#x}: failed to drain {} queue: {e:?}\n", Q::NAME);
+        pr_warn!(
+            "{dev}: QP {qpn:#x}: failed to drain {} queue: {e:?}\n",
+            Q::NAME
+        );
         kernel::warn_on!(true);
         return;
     }
 
     stack_pin_init!(let marker = DrainMarker::new());
     if let Err(e) = q.post_marker(marker.as_ref()) {
-        pr_warn!("{dev}: QP {qpn:#x}: failed to drain {} queue: {e:?}\n", Q::NAME);
+        pr_warn!(
+            "{dev}: QP {qpn:#x}: failed to drain {} queue: {e:?}\n",
+            Q::NAME
+        );
         kernel::warn_on!(true);
         return;
     }
@@ -195,8 +201,17 @@ mod tests {
     /// Rust definition in this file, not the C one in verbs.c.
     #[test]
     fn exported_drain_is_rust() {
-        assert_eq!(bindings::ib_drain_rq as *const () as usize, super::ib_drain_rq as *const () as usize);
-        assert_eq!(bindings::ib_drain_sq as *const () as usize, super::ib_drain_sq as *const () as usize);
-        assert_eq!(bindings::ib_drain_qp as *const () as usize, super::ib_drain_qp as *const () as usize);
+        assert_eq!(
+            bindings::ib_drain_rq as *const () as usize,
+            super::ib_drain_rq as *const () as usize
+        );
+        assert_eq!(
+            bindings::ib_drain_sq as *const () as usize,
+            super::ib_drain_sq as *const () as usize
+        );
+        assert_eq!(
+            bindings::ib_drain_qp as *const () as usize,
+            super::ib_drain_qp as *const () as usize
+        );
     }
 }

@@ -100,7 +100,10 @@ fn drain_rq_case(ctx: PollContext, n: u32) -> Result<(u32, u32, u32)> {
     qp.drain_rq();
     let counts = cqe.handler().counts();
     if cqe.outstanding() != 0 {
-        pr_err!("{ctx:?} n={n}: {} receives outstanding after the drain\n", cqe.outstanding());
+        pr_err!(
+            "{ctx:?} n={n}: {} receives outstanding after the drain\n",
+            cqe.outstanding()
+        );
         return Err(EINVAL);
     }
     Ok(counts)

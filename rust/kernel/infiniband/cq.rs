@@ -165,7 +165,12 @@ unsafe impl Sync for OwnedCq<'_> {}
 
 impl<'d> OwnedCq<'d> {
     /// Allocates a CQ with `entries` entries on `dev`, polled in `ctx`.
-    pub fn alloc(dev: &'d Device, entries: u32, comp_vector: i32, ctx: PollContext) -> Result<Self> {
+    pub fn alloc(
+        dev: &'d Device,
+        entries: u32,
+        comp_vector: i32,
+        ctx: PollContext,
+    ) -> Result<Self> {
         let nr = i32::try_from(entries).map_err(|_| EINVAL)?;
         // SAFETY: `dev` is a valid, registered device.
         let ptr = from_err_ptr(unsafe {

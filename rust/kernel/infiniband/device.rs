@@ -90,7 +90,10 @@ impl DeviceRef {
             let dev = if ndev.is_null() {
                 core::ptr::null_mut()
             } else {
-                bindings::ib_device_get_by_netdev(ndev, bindings::rdma_driver_id_RDMA_DRIVER_UNKNOWN)
+                bindings::ib_device_get_by_netdev(
+                    ndev,
+                    bindings::rdma_driver_id_RDMA_DRIVER_UNKNOWN,
+                )
             };
             bindings::rcu_read_unlock();
             dev

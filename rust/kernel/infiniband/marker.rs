@@ -100,7 +100,10 @@ impl PinnedDrop for DrainMarker {
         }
         // The provider still points at this marker: freeing it before its
         // completion would be a use-after-free, so wait, however long it takes.
-        while !self.done.wait_for_completion_timeout(msecs_to_jiffies(10_000)) {
+        while !self
+            .done
+            .wait_for_completion_timeout(msecs_to_jiffies(10_000))
+        {
             pr_warn!("RDMA drain marker still pending, waiting for its completion\n");
         }
     }

@@ -21,4 +21,4 @@ pub use cqe::{CompletionHandler, Cqe, WcStatus, WorkCompletion};
 pub use device::{Device, DeviceRef};
 pub use marker::DrainMarker;
 pub use pd::Pd;
-pub use qp::{OwnedQp, QpConfig, Qp, RawQp, RecvQueue, SendQueue, WorkQueue};
+pub use qp::{OwnedQp, Qp, QpConfig, RawQp, RecvQueue, SendQueue, WorkQueue};

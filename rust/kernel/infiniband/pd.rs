@@ -33,7 +33,12 @@ impl<'d> Pd<'d> {
             bindings::__ib_alloc_pd(dev.as_raw(), 0, c"kernel::infiniband".as_char_ptr())
         })?;
         // INVARIANT: __ib_alloc_pd() returned a valid PD or an error.
-        NonNull::new(ptr).map(|ptr| Self { ptr, _dev: PhantomData }).ok_or(ENOMEM)
+        NonNull::new(ptr)
+            .map(|ptr| Self {
+                ptr,
+                _dev: PhantomData,
+            })
+            .ok_or(ENOMEM)
     }
 
     /// Returns the raw `struct ib_pd` pointer.

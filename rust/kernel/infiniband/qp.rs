@@ -274,7 +274,9 @@ impl<'a> WorkQueue<'a> for SendQueue<'a> {
         wr.wr.__bindgen_anon_1.wr_cqe = marker.cqe();
         wr.wr.opcode = bindings::ib_wr_opcode_IB_WR_RDMA_WRITE;
         // SAFETY: As for `RecvQueue::post_marker`, for the send queue.
-        to_result(unsafe { bindings::ib_post_send(self.qp.as_raw(), &wr.wr, core::ptr::null_mut()) })?;
+        to_result(unsafe {
+            bindings::ib_post_send(self.qp.as_raw(), &wr.wr, core::ptr::null_mut())
+        })?;
         marker.set_posted();
         Ok(())
     }
@@ -398,7 +400,11 @@ impl<'a> OwnedQp<'a> {
         attr.cap.max_recv_sge = 1;
         // SAFETY: `pd`, the CQs and `attr` are valid.
         let ptr = from_err_ptr(unsafe {
-            bindings::ib_create_qp_kernel(pd.as_raw(), &mut attr, c"kernel::infiniband".as_char_ptr())
+            bindings::ib_create_qp_kernel(
+                pd.as_raw(),
+                &mut attr,
+                c"kernel::infiniband".as_char_ptr(),
+            )
         });
         let ptr = match ptr.map(NonNull::new) {
             Ok(Some(ptr)) => ptr,

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Usage: scripts/patches.sh [OUTDIR]
+# Write the whole change as a git format-patch series against the pristine
+# tree: each patches/*.patch, together with the new files patches/series
+# assigns to it, becomes one commit. Then run checkpatch.pl on the series.
+. "$(dirname "$0")/lib.sh"
+
+out=${1:-$TOP/out/patches}
+"$TOP/scripts/fetch-kernel.sh"
+pristine=$CACHE/pristine
+repo=$(mktemp -d)
+trap 'rm -rf "$repo"' EXIT
+G=(git -C "$repo" -c user.name="$(git -C "$TOP" config user.name || echo rdma)"
+	-c user.email="$(git -C "$TOP" config user.email || echo rdma@example.invalid)")
+
+# The base: the pristine versions of every file the series touches.
+files=$(sed -n 's|^--- a/||p; s|^+++ b/||p' "$TOP"/patches/*.patch | sort -u)
+git init -q "$repo"
+for f in $files; do
+	[ -f "$pristine/$f" ] || continue
+	mkdir -p "$repo/$(dirname "$f")"
+	cp "$pristine/$f" "$repo/$f"
+done
+"${G[@]}" add -A
+"${G[@]}" commit -q -m "Linux $(cat "$pristine/.debian-version") (files touched by the series)"
+base=$("${G[@]}" rev-parse HEAD)
+
+for p in "$TOP"/patches/*.patch; do
+	name=$(basename "$p")
+	"${G[@]}" apply --index "$p" || die patches "" "$name does not apply"
+	for path in $(awk -F': ' -v n="$name" '$1 == n { print $2 }' "$TOP/patches/series"); do
+		(cd "$TOP" && find "$path" -type f) | while read -r f; do
+			mkdir -p "$repo/$(dirname "$f")"
+			cp "$TOP/$f" "$repo/$f"
+		done
+	done
+	"${G[@]}" add -A
+	git mailinfo "$repo/.msg" "$repo/.patch" <"$p" >"$repo/.info"
+	subject=$(sed -n 's/^Subject: //p' "$repo/.info")
+	{
+		echo "$subject"
+		echo
+		cat "$repo/.msg"
+	} >"$repo/.commitmsg"
+	rm -f "$repo/.msg" "$repo/.patch" "$repo/.info"
+	"${G[@]}" commit -q -F "$repo/.commitmsg"
+	rm -f "$repo/.commitmsg"
+done
+
+rm -rf "$out"
+mkdir -p "$out"
+"${G[@]}" format-patch -q --no-signature -o "$out" "$base"
+echo "patches: $(ls "$out" | wc -l) patches in $out"
+# checkpatch asks about MAINTAINERS for every new file; the series adds the
+# F: lines the new directories need (drivers/infiniband/ has one already).
+cp_log=$CACHE/logs/checkpatch.log
+"$pristine/scripts/checkpatch.pl" --no-tree --strict --show-types "$out"/*.patch >"$cp_log" 2>&1 || true
+problems=$(grep -E '^(ERROR|WARNING|CHECK):' "$cp_log" | grep -v '^WARNING:FILE_PATH_CHANGES:' || true)
+if [ -n "$problems" ]; then
+	echo "$problems"
+	die patches "$cp_log" "checkpatch.pl found problems"
+fi
+echo "patches: checkpatch.pl --strict clean ($(grep -c '^WARNING:FILE_PATH_CHANGES:' "$cp_log") MAINTAINERS questions on new files covered by existing F: lines)"
