@@ -128,6 +128,10 @@ impl Cq {
     }
 }
 
+#[expect(
+    clippy::macro_metavars_in_unsafe,
+    reason = "declare_trace! passes its arguments inside an unsafe block"
+)]
 mod trace {
     use crate::bindings;
 

@@ -315,7 +315,7 @@ impl SendQueue<'_> {
         let mut wr = bindings::ib_send_wr::default();
         wr.__bindgen_anon_1.wr_cqe = cqe.get();
         wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
-        wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED as i32;
+        wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED;
         // SAFETY: As for `RecvQueue::post`, for the send queue.
         let ret = to_result(unsafe {
             bindings::ib_post_send(self.qp.as_raw(), &wr, core::ptr::null_mut())
