@@ -31,8 +31,8 @@ const DIRECT_POLL_MAX_US: i64 = 16_384;
 ///
 /// # Safety
 ///
-/// `qp` must be a valid QP, and no other context may post receives on it (or
-/// poll its receive CQ, if that is `IB_POLL_DIRECT`) until this returns.
+/// `qp` must be a valid QP, and no other context may post receives on it
+/// until this returns.
 #[export]
 pub unsafe extern "C" fn ib_drain_rq(qp: *mut RawQp) {
     // SAFETY: The caller guarantees a valid QP and exclusive posting.
@@ -44,8 +44,8 @@ pub unsafe extern "C" fn ib_drain_rq(qp: *mut RawQp) {
 ///
 /// # Safety
 ///
-/// `qp` must be a valid QP, and no other context may post sends on it (or
-/// poll its send CQ, if that is `IB_POLL_DIRECT`) until this returns.
+/// `qp` must be a valid QP, and no other context may post sends on it until
+/// this returns.
 #[export]
 pub unsafe extern "C" fn ib_drain_sq(qp: *mut RawQp) {
     // SAFETY: The caller guarantees a valid QP and exclusive posting.
@@ -105,8 +105,9 @@ fn drain_generic<'a, Q: WorkQueue<'a>>(q: &mut Q) {
     }
     if let Err(e) = qp.set_error_state() {
         pr_warn!(
-            "{dev}: QP {qpn:#x}: failed to drain {} queue: {e:?}\n",
-            Q::NAME
+            "{dev}: QP {qpn:#x}: failed to drain {} queue: {}\n",
+            Q::NAME,
+            e.to_errno()
         );
         kernel::warn_on!(true);
         return;
@@ -115,8 +116,9 @@ fn drain_generic<'a, Q: WorkQueue<'a>>(q: &mut Q) {
     stack_pin_init!(let marker = DrainMarker::new());
     if let Err(e) = q.post_marker(marker.as_ref()) {
         pr_warn!(
-            "{dev}: QP {qpn:#x}: failed to drain {} queue: {e:?}\n",
-            Q::NAME
+            "{dev}: QP {qpn:#x}: failed to drain {} queue: {}\n",
+            Q::NAME,
+            e.to_errno()
         );
         kernel::warn_on!(true);
         return;
@@ -172,7 +174,10 @@ fn drain_srq(rq: &mut RecvQueue<'_>) {
     let dev = qp.device().name();
     let qpn = qp.qp_num();
     if let Err(e) = qp.set_error_state() {
-        pr_warn!("{dev}: QP {qpn:#x}: failed to drain shared recv queue: {e:?}\n");
+        pr_warn!(
+            "{dev}: QP {qpn:#x}: failed to drain shared recv queue: {}\n",
+            e.to_errno()
+        );
         kernel::warn_on!(true);
         return;
     }

@@ -114,7 +114,8 @@ impl Cq {
     ///
     /// # Safety
     ///
-    /// No other context may poll this CQ at the same time.
+    /// The caller must be allowed to reap this CQ's completions: a direct CQ,
+    /// or the C drain contract for an SRQ's CQ.
     pub(crate) unsafe fn process_direct(&self, budget: i32) -> i32 {
         // SAFETY: The CQ is valid, and the caller guarantees that nobody else
         // polls it concurrently.
@@ -197,14 +198,10 @@ impl<'d> OwnedCq<'d> {
         })
     }
 
-    /// Reserves `n` entries for a work queue; `EBUSY` if the CQ has no room,
-    /// or if `exclusive` and another queue uses the CQ already.
-    pub(crate) fn reserve(&self, n: u32, exclusive: bool) -> Result {
+    /// Reserves `n` entries for a work queue; `EBUSY` if the CQ has no room.
+    pub(crate) fn reserve(&self, n: u32) -> Result {
         self.reserved
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| {
-                if exclusive && r != 0 {
-                    return None;
-                }
                 r.checked_add(n).filter(|&t| t <= self.capacity)
             })
             .map(|_| ())

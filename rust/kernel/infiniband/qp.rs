@@ -4,7 +4,7 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
-use super::{CompletionHandler, Cq, Cqe, Device, DrainMarker, OwnedCq, Pd, PollContext};
+use super::{CompletionHandler, Cq, Cqe, Device, DrainMarker, OwnedCq, Pd};
 use crate::{
     bindings,
     error::{from_err_ptr, to_result},
@@ -102,9 +102,9 @@ impl Qp {
     /// # Safety
     ///
     /// While the token lives, no other context may post receive work requests
-    /// on this QP, nor poll its receive CQ if that CQ is `IB_POLL_DIRECT`.
+    /// on this QP.
     pub unsafe fn recv_queue(&self) -> RecvQueue<'_> {
-        // INVARIANT: The caller guarantees exclusive posting and direct polling.
+        // INVARIANT: The caller guarantees exclusive posting.
         RecvQueue { qp: self }
     }
 
@@ -113,9 +113,9 @@ impl Qp {
     /// # Safety
     ///
     /// While the token lives, no other context may post send work requests on
-    /// this QP, nor poll its send CQ if that CQ is `IB_POLL_DIRECT`.
+    /// this QP.
     pub unsafe fn send_queue(&self) -> SendQueue<'_> {
-        // INVARIANT: The caller guarantees exclusive posting and direct polling.
+        // INVARIANT: The caller guarantees exclusive posting.
         SendQueue { qp: self }
     }
 }
@@ -146,8 +146,7 @@ pub trait WorkQueue<'a> {
 ///
 /// # Invariants
 ///
-/// While a `RecvQueue` exists, no other context posts receives on `qp`, nor
-/// polls its receive CQ if that CQ is `IB_POLL_DIRECT`.
+/// While a `RecvQueue` exists, no other context posts receives on `qp`.
 pub struct RecvQueue<'a> {
     qp: &'a Qp,
 }
@@ -192,7 +191,8 @@ impl<'a> WorkQueue<'a> for RecvQueue<'a> {
 
     fn poll_cq(&mut self) -> i32 {
         match self.cq() {
-            // SAFETY: By the type invariant nobody else polls this direct CQ.
+            // SAFETY: Direct processing may run beside other pollers: it reaps
+            // into its own stack array and providers serialize `poll_cq`.
             Some(cq) => unsafe { cq.process_direct(-1) },
             None => 0,
         }
@@ -222,10 +222,8 @@ impl<'a> RecvQueue<'a> {
 
     /// Polls at most `budget` completions from `cq` in the caller's context.
     ///
-    /// `cq` must be this QP's receive or SRQ CQ, which the token covers.
     pub fn poll_srq_cq(&mut self, cq: &Cq, budget: i32) -> i32 {
-        // SAFETY: The token covers the QP's receive side, and the C contract of
-        // the SRQ drain (`ib_drain_qp()`) is that nobody else polls it now.
+        // SAFETY: As for `WorkQueue::poll_cq`.
         unsafe { cq.process_direct(budget) }
     }
 }
@@ -234,8 +232,7 @@ impl<'a> RecvQueue<'a> {
 ///
 /// # Invariants
 ///
-/// While a `SendQueue` exists, no other context posts sends on `qp`, nor
-/// polls its send CQ if that CQ is `IB_POLL_DIRECT`.
+/// While a `SendQueue` exists, no other context posts sends on `qp`.
 pub struct SendQueue<'a> {
     qp: &'a Qp,
 }
@@ -283,7 +280,8 @@ impl<'a> WorkQueue<'a> for SendQueue<'a> {
 
     fn poll_cq(&mut self) -> i32 {
         match self.cq() {
-            // SAFETY: By the type invariant nobody else polls this direct CQ.
+            // SAFETY: Direct processing may run beside other pollers: it reaps
+            // into its own stack array and providers serialize `poll_cq`.
             Some(cq) => unsafe { cq.process_direct(-1) },
             None => 0,
         }
@@ -366,9 +364,7 @@ unsafe impl Sync for OwnedQp<'_> {}
 impl<'a> OwnedQp<'a> {
     /// Creates an RC QP on `pd` with the given CQs and queue depths.
     ///
-    /// Fails with `EBUSY` if a CQ has no room for the new queues, or if a
-    /// CQ polled directly ([`PollContext::Direct`]) already serves another
-    /// QP: its poller would race with the other QP's drain.
+    /// Fails with `EBUSY` if a CQ has no room for the new queues.
     pub fn create_rc(
         pd: &'a Pd<'a>,
         send_cq: &'a OwnedCq<'a>,
@@ -377,12 +373,11 @@ impl<'a> OwnedQp<'a> {
     ) -> Result<Self> {
         let send = config.send_depth.checked_add(1).ok_or(EINVAL)?;
         let recv = config.recv_depth.checked_add(1).ok_or(EINVAL)?;
-        let direct = |cq: &OwnedCq<'_>| cq.poll_context() == Some(PollContext::Direct);
         if core::ptr::eq(send_cq, recv_cq) {
-            send_cq.reserve(send + recv, direct(send_cq))?;
+            send_cq.reserve(send + recv)?;
         } else {
-            send_cq.reserve(send, direct(send_cq))?;
-            if let Err(e) = recv_cq.reserve(recv, direct(recv_cq)) {
+            send_cq.reserve(send)?;
+            if let Err(e) = recv_cq.reserve(recv) {
                 send_cq.unreserve(send);
                 return Err(e);
             }
@@ -453,8 +448,7 @@ impl<'a> OwnedQp<'a> {
 
     /// Returns the receive queue's posting token.
     pub fn rq(&mut self) -> RecvQueue<'_> {
-        // SAFETY: `&mut self` excludes every other poster on this QP, and a
-        // direct CQ serves no other QP (`create_rc`).
+        // SAFETY: `&mut self` excludes every other poster on this QP.
         unsafe { self.recv_queue() }
     }
 

@@ -1,0 +1,469 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! KUnit tests of the queue pair drain against a fake provider.
+//!
+//! The fake device, CQs and QPs are plain zeroed C objects with a few
+//! `ib_device_ops` that record what the drain asks of them; nothing is
+//! registered with the RDMA core. The drain is called through the exported C
+//! ABI, as every C caller does. Expected WARNs are counted with KUnit's
+//! warning suppression, so they neither print nor fail the log scan.
+//!
+//! The type rules of `kernel::infiniband` are compile-time and have no test
+//! here: posting and draining take a `RecvQueue`/`SendQueue` by `&mut`, and
+//! an `OwnedQp` hands those out only from `&mut self`, so a second poster
+//! during a drain does not compile.
+
+use core::ptr::{null_mut, NonNull};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, Ordering::SeqCst};
+use kernel::{bindings, error::to_result, prelude::*};
+
+/// Prefix of this object's messages (it is part of ib_core).
+const __LOG_PREFIX: &[u8] = b"ib_core\0";
+
+/// What the fake provider saw, and how it behaves. One test at a time.
+struct Fake {
+    seq: AtomicU32,
+    modify_calls: AtomicU32,
+    modify_seq: AtomicU32,
+    modify_state: AtomicU32,
+    modify_ret: AtomicI32,
+    post_recv_calls: AtomicU32,
+    post_recv_seq: AtomicU32,
+    post_send_calls: AtomicU32,
+    post_send_seq: AtomicU32,
+    post_ret: AtomicI32,
+    posted_num_sge: AtomicI32,
+    posted_has_next: AtomicBool,
+    posted_opcode: AtomicU32,
+    posted_cqe: AtomicPtr<bindings::ib_cqe>,
+    /// Complete a posted marker from inside post (a provider that flushes at
+    /// once, reaped by the core's poller).
+    complete_on_post: AtomicBool,
+    polls: AtomicU32,
+    /// Return the marker's completion from this poll on (0: never).
+    complete_on_poll: AtomicU32,
+    drain_rq_calls: AtomicU32,
+    drain_sq_calls: AtomicU32,
+    trace_hits: AtomicU32,
+    trace_cq: AtomicPtr<bindings::ib_cq>,
+}
+
+static FAKE: Fake = Fake {
+    seq: AtomicU32::new(0),
+    modify_calls: AtomicU32::new(0),
+    modify_seq: AtomicU32::new(0),
+    modify_state: AtomicU32::new(0),
+    modify_ret: AtomicI32::new(0),
+    post_recv_calls: AtomicU32::new(0),
+    post_recv_seq: AtomicU32::new(0),
+    post_send_calls: AtomicU32::new(0),
+    post_send_seq: AtomicU32::new(0),
+    post_ret: AtomicI32::new(0),
+    posted_num_sge: AtomicI32::new(-1),
+    posted_has_next: AtomicBool::new(false),
+    posted_opcode: AtomicU32::new(u32::MAX),
+    posted_cqe: AtomicPtr::new(null_mut()),
+    complete_on_post: AtomicBool::new(false),
+    polls: AtomicU32::new(0),
+    complete_on_poll: AtomicU32::new(0),
+    drain_rq_calls: AtomicU32::new(0),
+    drain_sq_calls: AtomicU32::new(0),
+    trace_hits: AtomicU32::new(0),
+    trace_cq: AtomicPtr::new(null_mut()),
+};
+
+impl Fake {
+    fn reset(&self) {
+        for a in [
+            &self.seq,
+            &self.modify_calls,
+            &self.modify_seq,
+            &self.modify_state,
+            &self.post_recv_calls,
+            &self.post_recv_seq,
+            &self.post_send_calls,
+            &self.post_send_seq,
+            &self.polls,
+            &self.complete_on_poll,
+            &self.drain_rq_calls,
+            &self.drain_sq_calls,
+            &self.trace_hits,
+        ] {
+            a.store(0, SeqCst);
+        }
+        self.modify_ret.store(0, SeqCst);
+        self.post_ret.store(0, SeqCst);
+        self.posted_num_sge.store(-1, SeqCst);
+        self.posted_has_next.store(false, SeqCst);
+        self.posted_opcode.store(u32::MAX, SeqCst);
+        self.posted_cqe.store(null_mut(), SeqCst);
+        self.complete_on_post.store(true, SeqCst);
+        self.trace_cq.store(null_mut(), SeqCst);
+    }
+
+    fn tick(&self) -> u32 {
+        self.seq.fetch_add(1, SeqCst) + 1
+    }
+}
+
+/// Completes the marker `cqe` on `cq` with a flush error, as the core's
+/// poller would.
+///
+/// # Safety
+///
+/// `cqe` must be the posted marker and `cq` a valid CQ.
+unsafe fn complete(cq: *mut bindings::ib_cq, cqe: *mut bindings::ib_cqe) {
+    let mut wc = bindings::ib_wc {
+        status: bindings::ib_wc_status_IB_WC_WR_FLUSH_ERR,
+        ..Default::default()
+    };
+    wc.__bindgen_anon_1.wr_cqe = cqe;
+    // SAFETY: The caller guarantees a valid marker; its `done` is set.
+    unsafe { ((*cqe).done.unwrap())(cq, &mut wc) };
+}
+
+unsafe extern "C" fn fake_modify_qp(
+    _qp: *mut bindings::ib_qp,
+    attr: *mut bindings::ib_qp_attr,
+    _mask: i32,
+    _udata: *mut bindings::ib_udata,
+) -> i32 {
+    FAKE.modify_calls.fetch_add(1, SeqCst);
+    FAKE.modify_seq.store(FAKE.tick(), SeqCst);
+    // SAFETY: The core passes a valid attribute set.
+    FAKE.modify_state.store(unsafe { (*attr).qp_state }, SeqCst);
+    FAKE.modify_ret.load(SeqCst)
+}
+
+unsafe extern "C" fn fake_post_recv(
+    qp: *mut bindings::ib_qp,
+    wr: *const bindings::ib_recv_wr,
+    _bad: *mut *const bindings::ib_recv_wr,
+) -> i32 {
+    FAKE.post_recv_calls.fetch_add(1, SeqCst);
+    FAKE.post_recv_seq.store(FAKE.tick(), SeqCst);
+    let ret = FAKE.post_ret.load(SeqCst);
+    // SAFETY: The core passes a valid work request.
+    let (cqe, num_sge, next) =
+        unsafe { ((*wr).__bindgen_anon_1.wr_cqe, (*wr).num_sge, (*wr).next) };
+    FAKE.posted_num_sge.store(num_sge, SeqCst);
+    FAKE.posted_has_next.store(!next.is_null(), SeqCst);
+    FAKE.posted_cqe.store(cqe, SeqCst);
+    if ret == 0 && FAKE.complete_on_post.load(SeqCst) {
+        // SAFETY: The QP and its CQ are valid; `cqe` is the marker.
+        unsafe { complete((*qp).recv_cq, cqe) };
+    }
+    ret
+}
+
+unsafe extern "C" fn fake_post_send(
+    qp: *mut bindings::ib_qp,
+    wr: *const bindings::ib_send_wr,
+    _bad: *mut *const bindings::ib_send_wr,
+) -> i32 {
+    FAKE.post_send_calls.fetch_add(1, SeqCst);
+    FAKE.post_send_seq.store(FAKE.tick(), SeqCst);
+    let ret = FAKE.post_ret.load(SeqCst);
+    // SAFETY: The core passes a valid work request.
+    let (cqe, num_sge, next, opcode) = unsafe {
+        (
+            (*wr).__bindgen_anon_1.wr_cqe,
+            (*wr).num_sge,
+            (*wr).next,
+            (*wr).opcode,
+        )
+    };
+    FAKE.posted_num_sge.store(num_sge, SeqCst);
+    FAKE.posted_has_next.store(!next.is_null(), SeqCst);
+    FAKE.posted_opcode.store(opcode, SeqCst);
+    FAKE.posted_cqe.store(cqe, SeqCst);
+    if ret == 0 && FAKE.complete_on_post.load(SeqCst) {
+        // SAFETY: The QP and its CQ are valid; `cqe` is the marker.
+        unsafe { complete((*qp).send_cq, cqe) };
+    }
+    ret
+}
+
+unsafe extern "C" fn fake_poll_cq(
+    _cq: *mut bindings::ib_cq,
+    num_entries: i32,
+    wc: *mut bindings::ib_wc,
+) -> i32 {
+    let n = FAKE.polls.fetch_add(1, SeqCst) + 1;
+    let at = FAKE.complete_on_poll.load(SeqCst);
+    let cqe = FAKE.posted_cqe.swap(null_mut(), SeqCst);
+    if at == 0 || n < at || cqe.is_null() || num_entries < 1 {
+        if !cqe.is_null() {
+            FAKE.posted_cqe.store(cqe, SeqCst);
+        }
+        return 0;
+    }
+    // SAFETY: The core passes room for `num_entries` completions.
+    unsafe {
+        *wc = bindings::ib_wc {
+            status: bindings::ib_wc_status_IB_WC_WR_FLUSH_ERR,
+            ..Default::default()
+        };
+        (*wc).__bindgen_anon_1.wr_cqe = cqe;
+    }
+    1
+}
+
+unsafe extern "C" fn fake_drain_rq(_qp: *mut bindings::ib_qp) {
+    FAKE.drain_rq_calls.fetch_add(1, SeqCst);
+}
+
+unsafe extern "C" fn fake_drain_sq(_qp: *mut bindings::ib_qp) {
+    FAKE.drain_sq_calls.fetch_add(1, SeqCst);
+}
+
+unsafe extern "C" fn trace_probe(_data: *mut c_void, cq: *const bindings::ib_cq) {
+    FAKE.trace_hits.fetch_add(1, SeqCst);
+    FAKE.trace_cq.store(cq.cast_mut(), SeqCst);
+}
+
+/// A zero-filled heap object.
+fn zeroed_box<T>() -> Result<KBox<T>> {
+    let b = KBox::<T>::new_uninit(GFP_KERNEL)?;
+    // SAFETY: All-zero bytes are a valid value for the C structs used here
+    // (integers, raw pointers, `Option` of function pointers).
+    Ok(unsafe {
+        let raw = KBox::into_raw(b);
+        raw.cast::<u8>().write_bytes(0, core::mem::size_of::<T>());
+        KBox::from_raw(raw.cast::<T>())
+    })
+}
+
+/// A fake device, one CQ per queue and a QP, wired together.
+struct Setup {
+    dev: KBox<bindings::ib_device>,
+    ports: KBox<[bindings::ib_port_data; 2]>,
+    send_cq: KBox<bindings::ib_cq>,
+    recv_cq: KBox<bindings::ib_cq>,
+    _wc: KBox<bindings::ib_wc>,
+    srq: KBox<bindings::ib_srq>,
+    qp: KBox<bindings::ib_qp>,
+}
+
+impl Setup {
+    fn new(recv_ctx: bindings::ib_poll_context) -> Result<Self> {
+        FAKE.reset();
+        let mut s = Self {
+            dev: zeroed_box()?,
+            ports: zeroed_box()?,
+            send_cq: zeroed_box()?,
+            recv_cq: zeroed_box()?,
+            _wc: zeroed_box()?,
+            srq: zeroed_box()?,
+            qp: zeroed_box()?,
+        };
+        s.dev.port_data = s.ports.as_mut_ptr();
+        s.dev.ops.modify_qp = Some(fake_modify_qp);
+        s.dev.ops.post_recv = Some(fake_post_recv);
+        s.dev.ops.post_send = Some(fake_post_send);
+        s.dev.ops.poll_cq = Some(fake_poll_cq);
+        let dev: *mut bindings::ib_device = &mut *s.dev;
+        let wc: *mut bindings::ib_wc = &mut *s._wc;
+        for (cq, ctx) in [
+            (&mut s.send_cq, bindings::ib_poll_context_IB_POLL_SOFTIRQ),
+            (&mut s.recv_cq, recv_ctx),
+        ] {
+            cq.device = dev;
+            cq.poll_ctx = ctx;
+            cq.cqe = 4;
+            // What ib_alloc_cq() allocates, and what the drain checks for.
+            cq.wc = wc;
+        }
+        s.qp.device = dev;
+        s.qp.send_cq = &mut *s.send_cq;
+        s.qp.recv_cq = &mut *s.recv_cq;
+        s.qp.qp_num = 0x42;
+        s.qp.real_qp = &mut *s.qp;
+        s.srq.srq_type = bindings::ib_srq_type_IB_SRQT_BASIC;
+        // SAFETY: `srq_completion` is ours to initialize.
+        unsafe { bindings::init_completion(&mut s.qp.srq_completion) };
+        Ok(s)
+    }
+
+    fn qp(&mut self) -> *mut bindings::ib_qp {
+        &mut *self.qp
+    }
+}
+
+/// Runs `f` with WARN backtraces suppressed; returns how many were raised.
+fn count_warnings(f: impl FnOnce()) -> i32 {
+    // SAFETY: KUnit tests run in the test's own task, which has a current test.
+    let test = unsafe { bindings::kunit_get_current_test() };
+    // SAFETY: `test` is the running test.
+    let w = unsafe { bindings::kunit_start_suppress_warning(test) };
+    let Some(w) = NonNull::new(w) else {
+        return -1;
+    };
+    f();
+    // SAFETY: `w` is the active suppression of this test.
+    let n = unsafe { bindings::kunit_suppressed_warning_count(w.as_ptr()) };
+    // SAFETY: As above; ends it.
+    unsafe { bindings::kunit_end_suppress_warning(test, w.as_ptr()) };
+    n
+}
+
+const SOFTIRQ: bindings::ib_poll_context = bindings::ib_poll_context_IB_POLL_SOFTIRQ;
+const DIRECT: bindings::ib_poll_context = bindings::ib_poll_context_IB_POLL_DIRECT;
+
+#[kunit_tests(rdma_drain_unit)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_drain_ops_replace_the_generic_path() -> Result {
+        let mut s = Setup::new(SOFTIRQ)?;
+        s.dev.ops.drain_rq = Some(fake_drain_rq);
+        s.dev.ops.drain_sq = Some(fake_drain_sq);
+        // SAFETY: A valid fake QP; nothing else posts.
+        unsafe { bindings::ib_drain_rq(s.qp()) };
+        // SAFETY: As above.
+        unsafe { bindings::ib_drain_sq(s.qp()) };
+        assert_eq!(FAKE.drain_rq_calls.load(SeqCst), 1);
+        assert_eq!(FAKE.drain_sq_calls.load(SeqCst), 1);
+        assert_eq!(FAKE.modify_calls.load(SeqCst), 0);
+        assert_eq!(FAKE.post_recv_calls.load(SeqCst), 0);
+        assert_eq!(FAKE.post_send_calls.load(SeqCst), 0);
+        Ok(())
+    }
+
+    #[test]
+    fn rq_goes_to_error_then_posts_a_bare_marker() -> Result {
+        let mut s = Setup::new(SOFTIRQ)?;
+        // SAFETY: A valid fake QP; nothing else posts.
+        unsafe { bindings::ib_drain_rq(s.qp()) };
+        assert_eq!(FAKE.modify_calls.load(SeqCst), 1);
+        assert_eq!(
+            FAKE.modify_state.load(SeqCst),
+            bindings::ib_qp_state_IB_QPS_ERR
+        );
+        assert_eq!(FAKE.post_recv_calls.load(SeqCst), 1);
+        assert!(FAKE.modify_seq.load(SeqCst) < FAKE.post_recv_seq.load(SeqCst));
+        assert_eq!(FAKE.posted_num_sge.load(SeqCst), 0);
+        assert!(!FAKE.posted_has_next.load(SeqCst));
+        assert!(!FAKE.posted_cqe.load(SeqCst).is_null());
+        Ok(())
+    }
+
+    #[test]
+    fn sq_marker_is_a_zero_length_rdma_write() -> Result {
+        let mut s = Setup::new(SOFTIRQ)?;
+        // SAFETY: A valid fake QP; nothing else posts.
+        unsafe { bindings::ib_drain_sq(s.qp()) };
+        assert!(FAKE.modify_seq.load(SeqCst) < FAKE.post_send_seq.load(SeqCst));
+        assert_eq!(
+            FAKE.posted_opcode.load(SeqCst),
+            bindings::ib_wr_opcode_IB_WR_RDMA_WRITE
+        );
+        assert_eq!(FAKE.posted_num_sge.load(SeqCst), 0);
+        assert_eq!(FAKE.post_recv_calls.load(SeqCst), 0);
+        Ok(())
+    }
+
+    #[test]
+    fn failed_modify_warns_once_and_posts_nothing() -> Result {
+        let mut s = Setup::new(SOFTIRQ)?;
+        FAKE.modify_ret.store(-(bindings::EINVAL as i32), SeqCst);
+        let qp = s.qp();
+        // SAFETY: A valid fake QP; nothing else posts.
+        let warns = count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
+        assert_eq!(warns, 1);
+        assert_eq!(FAKE.modify_calls.load(SeqCst), 1);
+        assert_eq!(FAKE.post_recv_calls.load(SeqCst), 0);
+        Ok(())
+    }
+
+    #[test]
+    fn failed_post_warns_once_and_does_not_wait() -> Result {
+        let mut s = Setup::new(SOFTIRQ)?;
+        FAKE.post_ret.store(-(bindings::ENOMEM as i32), SeqCst);
+        let qp = s.qp();
+        // The post fails and the marker never completes: a drain that
+        // waited anyway would hang here (and time the run out).
+        // SAFETY: A valid fake QP; nothing else posts.
+        let warns = count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
+        assert_eq!(warns, 1);
+        assert_eq!(FAKE.post_recv_calls.load(SeqCst), 1);
+        Ok(())
+    }
+
+    #[test]
+    fn direct_cq_is_polled_until_the_marker_is_reaped() -> Result {
+        let mut s = Setup::new(DIRECT)?;
+        FAKE.complete_on_post.store(false, SeqCst);
+        FAKE.complete_on_poll.store(3, SeqCst);
+        // SAFETY: A valid fake QP; nothing else posts or polls.
+        unsafe { bindings::ib_drain_rq(s.qp()) };
+        // Reaped on the third poll, and no poll after it.
+        assert_eq!(FAKE.polls.load(SeqCst), 3);
+        assert!(FAKE.posted_cqe.load(SeqCst).is_null());
+        Ok(())
+    }
+
+    #[test]
+    fn cq_not_from_ib_alloc_cq_is_refused_before_posting() -> Result {
+        let mut s = Setup::new(SOFTIRQ)?;
+        s.recv_cq.wc = null_mut();
+        let qp = s.qp();
+        // SAFETY: A valid fake QP; nothing else posts.
+        let warns = count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
+        assert_eq!(warns, 1);
+        assert_eq!(FAKE.modify_calls.load(SeqCst), 0);
+        assert_eq!(FAKE.post_recv_calls.load(SeqCst), 0);
+        Ok(())
+    }
+
+    #[test]
+    fn tracepoint_fires_once_per_drain_with_its_cq() -> Result {
+        let mut s = Setup::new(SOFTIRQ)?;
+        let tp = &raw mut bindings::__tracepoint_cq_drain_complete;
+        let probe = trace_probe as *const () as *mut c_void;
+        // SAFETY: The probe has the event's prototype and, like FAKE, is static.
+        to_result(unsafe { bindings::tracepoint_probe_register(tp, probe, null_mut()) })?;
+        // SAFETY: A valid fake QP; nothing else posts.
+        unsafe { bindings::ib_drain_rq(s.qp()) };
+        let (rq_hits, rq_cq) = (FAKE.trace_hits.load(SeqCst), FAKE.trace_cq.load(SeqCst));
+        // SAFETY: As above.
+        unsafe { bindings::ib_drain_sq(s.qp()) };
+        let (sq_hits, sq_cq) = (FAKE.trace_hits.load(SeqCst), FAKE.trace_cq.load(SeqCst));
+        // SAFETY: Registered above.
+        unsafe { bindings::tracepoint_probe_unregister(tp, probe, null_mut()) };
+        assert_eq!(rq_hits, 1);
+        assert_eq!(rq_cq, &mut *s.recv_cq as *mut _);
+        assert_eq!(sq_hits, 2);
+        assert_eq!(sq_cq, &mut *s.send_cq as *mut _);
+        Ok(())
+    }
+
+    #[test]
+    fn drain_qp_drains_sq_then_rq() -> Result {
+        let mut s = Setup::new(SOFTIRQ)?;
+        // SAFETY: A valid fake QP; nothing else posts.
+        unsafe { bindings::ib_drain_qp(s.qp()) };
+        assert_eq!(FAKE.post_send_calls.load(SeqCst), 1);
+        assert_eq!(FAKE.post_recv_calls.load(SeqCst), 1);
+        assert!(FAKE.post_send_seq.load(SeqCst) < FAKE.post_recv_seq.load(SeqCst));
+        Ok(())
+    }
+
+    #[test]
+    fn drain_qp_with_an_srq_takes_the_srq_path() -> Result {
+        let mut s = Setup::new(SOFTIRQ)?;
+        s.qp.srq = &mut *s.srq;
+        // The Last WQE Reached event has arrived.
+        // SAFETY: Initialized in `Setup::new`.
+        unsafe { bindings::complete(&mut s.qp.srq_completion) };
+        // SAFETY: A valid fake QP; nothing else posts.
+        unsafe { bindings::ib_drain_qp(s.qp()) };
+        assert_eq!(FAKE.post_send_calls.load(SeqCst), 1);
+        // No receive marker on an SRQ: error state, event, then poll the CQ.
+        assert_eq!(FAKE.post_recv_calls.load(SeqCst), 0);
+        assert_eq!(FAKE.modify_calls.load(SeqCst), 2);
+        assert!(FAKE.polls.load(SeqCst) >= 1);
+        Ok(())
+    }
+}
