@@ -7,12 +7,14 @@
 //! bindings, and the drain contract (room for the marker, nobody posting
 //! during a drain) holds by construction.
 
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use kernel::infiniband::{
     CompletionHandler, Cqe, DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig, WcStatus,
     WorkCompletion,
 };
 use kernel::prelude::*;
+use kernel::sync::{Arc, Completion};
+use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
 use pin_init::stack_pin_init;
 
 module! {
@@ -109,6 +111,59 @@ fn drain_rq_case(ctx: PollContext, n: u32) -> Result<(u32, u32, u32)> {
     Ok(counts)
 }
 
+/// Drains an RQ that was never posted to, then the SQ and the whole QP:
+/// each returns, and the QP is left in the error state.
+fn drain_sq_and_qp_case(ctx: PollContext) -> Result {
+    let dev = rxe()?;
+    let pd = Pd::alloc(&dev)?;
+    let cq = OwnedCq::alloc(&dev, 8, 0, ctx)?;
+    let mut qp = OwnedQp::create_rc(
+        &pd,
+        &cq,
+        &cq,
+        QpConfig {
+            send_depth: 2,
+            recv_depth: 2,
+        },
+    )?;
+    qp.init(1)?;
+    qp.drain_sq();
+    qp.drain_rq();
+    qp.drain();
+    Ok(())
+}
+
+/// One drain case run by a worker of the unbound workqueue.
+#[pin_data]
+struct DrainJob {
+    #[pin]
+    work: Work<DrainJob>,
+    ctx: PollContext,
+    n: u32,
+    /// 0: the counts were right; otherwise a negative errno or 1.
+    result: AtomicI32,
+    #[pin]
+    done: Completion,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for DrainJob { self.work }
+}
+
+impl WorkItem for DrainJob {
+    type Pointer = Arc<DrainJob>;
+
+    fn run(this: Arc<DrainJob>) {
+        let r = match drain_rq_case(this.ctx, this.n) {
+            Ok(c) if c == (0, this.n, 0) => 0,
+            Ok(_) => 1,
+            Err(e) => e.to_errno(),
+        };
+        this.result.store(r, Ordering::Relaxed);
+        this.done.complete_all();
+    }
+}
+
 #[kunit_tests(rdma_drain_rxe)]
 mod tests {
     use super::*;
@@ -145,6 +200,42 @@ mod tests {
                 }
                 assert_eq!(counts, (0, n, 0));
             }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn drain_sq_and_drain_qp_return_in_every_context() -> Result {
+        for ctx in CONTEXTS {
+            drain_sq_and_qp_case(ctx)?;
+        }
+        Ok(())
+    }
+
+    /// 16 QPs, each with its own CQ, drained at the same time from 16
+    /// workqueue workers, spread over the four poll contexts.
+    #[test]
+    fn sixteen_concurrent_drains() -> Result {
+        let mut jobs = KVec::new();
+        for i in 0..16u32 {
+            let job = Arc::pin_init(
+                pin_init!(DrainJob {
+                    work <- new_work!("DrainJob::work"),
+                    ctx: CONTEXTS[(i % 4) as usize],
+                    n: 1 + i * 8,
+                    result: AtomicI32::new(-1),
+                    done <- Completion::new(),
+                }),
+                GFP_KERNEL,
+            )?;
+            jobs.push(job.clone(), GFP_KERNEL)?;
+            let _ = workqueue::system_unbound().enqueue(job);
+        }
+        for job in &jobs {
+            job.done.wait_for_completion();
+        }
+        for job in &jobs {
+            assert_eq!(job.result.load(Ordering::Relaxed), 0);
         }
         Ok(())
     }
