@@ -9,11 +9,12 @@
 
 use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use kernel::infiniband::{
-    CompletionHandler, Cqe, DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig, WcStatus,
-    WorkCompletion,
+    CompletionHandler, Cqe, DeviceRef, GidAttr, OwnedCq, OwnedQp, Pd, PollContext, QpConfig,
+    WcStatus, WorkCompletion,
 };
 use kernel::prelude::*;
 use kernel::sync::{Arc, Completion};
+use kernel::time::{delay::fsleep, Delta};
 use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
 use pin_init::stack_pin_init;
 
@@ -133,6 +134,69 @@ fn drain_sq_and_qp_case(ctx: PollContext) -> Result {
     Ok(())
 }
 
+/// Live traffic: two connected RC QPs on rxe0, `k` zero-length sends from
+/// one to the other; once half of them have been acknowledged, with the rest
+/// in flight, the receiver's RQ (`r` receives, polled in `ctx`) is drained.
+/// Returns the receiver's (received, flushed, other) counts and its
+/// outstanding receives, read when the drain returned.
+fn live_traffic_case(ctx: PollContext, k: u32, r: u32) -> Result<((u32, u32, u32), usize)> {
+    let dev = rxe()?;
+    let gid = GidAttr::find_ipv4(&dev, 1)?;
+    let pd = Pd::alloc(&dev)?;
+    let cq_a = OwnedCq::alloc(&dev, 2 * (k + 1), 0, PollContext::Softirq)?;
+    let cq_b = OwnedCq::alloc(&dev, 2 * (r + 1), 0, ctx)?;
+    stack_pin_init!(let sent = Cqe::new(Counter::default()));
+    stack_pin_init!(let received = Cqe::new(Counter::default()));
+    let depth = QpConfig {
+        send_depth: k.max(r),
+        recv_depth: k.max(r),
+    };
+    let mut a = OwnedQp::create_rc(
+        &pd,
+        &cq_a,
+        &cq_a,
+        QpConfig {
+            recv_depth: 0,
+            ..depth
+        },
+    )?;
+    let mut b = OwnedQp::create_rc(
+        &pd,
+        &cq_b,
+        &cq_b,
+        QpConfig {
+            send_depth: 0,
+            ..depth
+        },
+    )?;
+    a.init(1)?;
+    b.init(1)?;
+    for _ in 0..r {
+        b.rq().post(received.as_ref())?;
+    }
+    let (qpn_a, qpn_b) = (a.qp_num(), b.qp_num());
+    a.connect(&gid, qpn_b)?;
+    b.connect(&gid, qpn_a)?;
+    for _ in 0..k {
+        a.sq().post_send(sent.as_ref())?;
+    }
+    // Bounded: traffic that never flows fails the case instead of hanging.
+    let mut waited = 0;
+    while sent.handler().counts().0 < k / 2 {
+        if waited == 5000 {
+            pr_err!(
+                "{ctx:?}: sends not acknowledged: {:?}\n",
+                sent.handler().counts()
+            );
+            return Err(ETIMEDOUT);
+        }
+        fsleep(Delta::from_millis(1));
+        waited += 1;
+    }
+    b.drain_rq();
+    Ok((received.handler().counts(), received.outstanding()))
+}
+
 /// One drain case run by a worker of the unbound workqueue.
 #[pin_data]
 struct DrainJob {
@@ -208,6 +272,26 @@ mod tests {
     fn drain_sq_and_drain_qp_return_in_every_context() -> Result {
         for ctx in CONTEXTS {
             drain_sq_and_qp_case(ctx)?;
+        }
+        Ok(())
+    }
+
+    /// Receives consumed by live sends and receives flushed by the drain add
+    /// up to what was posted, and nothing of the RQ is outstanding when
+    /// `ib_drain_rq()` returns, while sends are still arriving.
+    #[test]
+    fn drain_rq_under_live_traffic_accounts_for_every_receive() -> Result {
+        for ctx in CONTEXTS {
+            let ((received, flushed, other), outstanding) = live_traffic_case(ctx, 32, 64)?;
+            pr_info!(
+                "{ctx:?}: 64 receives: {received} received, {flushed} flushed, {other} other\n"
+            );
+            assert_eq!(received + flushed + other, 64);
+            assert_eq!(other, 0);
+            // The acknowledged sends consumed receives before the drain.
+            assert!(received >= 16);
+            assert!(received <= 32);
+            assert_eq!(outstanding, 0);
         }
         Ok(())
     }

@@ -4,7 +4,7 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
-use crate::{bindings, prelude::*, types::Opaque};
+use crate::{bindings, error::to_result, prelude::*, types::Opaque};
 use core::{ops::Deref, ptr::NonNull};
 
 /// A view of a registered RDMA device (`struct ib_device`).
@@ -116,5 +116,79 @@ impl Drop for DeviceRef {
     fn drop(&mut self) {
         // SAFETY: By the type invariant `self` holds one reference.
         unsafe { bindings::ib_device_put(self.ptr.as_ptr()) };
+    }
+}
+
+/// An entry of a port's GID table, held until dropped.
+///
+/// # Invariants
+///
+/// `ptr` is a valid `struct ib_gid_attr` on which this object holds one
+/// reference (`rdma_get_gid_attr()`).
+pub struct GidAttr {
+    ptr: NonNull<bindings::ib_gid_attr>,
+}
+
+impl GidAttr {
+    /// Returns the entry `index` of `port`'s GID table.
+    pub fn get(dev: &Device, port: u32, index: u32) -> Result<Self> {
+        let index = i32::try_from(index).map_err(|_| EINVAL)?;
+        // SAFETY: `dev` is a valid device.
+        let ptr = crate::error::from_err_ptr(unsafe {
+            bindings::rdma_get_gid_attr(dev.as_raw(), port, index).cast_mut()
+        })?;
+        // INVARIANT: rdma_get_gid_attr() returned a held entry or an error.
+        NonNull::new(ptr).map(|ptr| Self { ptr }).ok_or(ENOENT)
+    }
+
+    /// Returns the first entry of `port` whose GID is an IPv4 address.
+    pub fn find_ipv4(dev: &Device, port: u32) -> Result<Self> {
+        (0..16)
+            .filter_map(|i| Self::get(dev, port, i).ok())
+            .find(|g| g.is_ipv4())
+            .ok_or(ENOENT)
+    }
+
+    fn raw(&self) -> &bindings::ib_gid_attr {
+        // SAFETY: By the type invariant the entry is valid and held.
+        unsafe { self.ptr.as_ref() }
+    }
+
+    /// Returns the GID.
+    pub fn gid(&self) -> [u8; 16] {
+        // SAFETY: Every bit pattern of the union is a valid `raw`.
+        unsafe { self.raw().gid.raw }
+    }
+
+    /// Returns the index of the entry in its table.
+    pub fn index(&self) -> u32 {
+        u32::from(self.raw().index)
+    }
+
+    /// Returns `true` if the GID is an IPv4-mapped IPv6 address.
+    pub fn is_ipv4(&self) -> bool {
+        let g = self.gid();
+        g[..10].iter().all(|&b| b == 0) && g[10] == 0xff && g[11] == 0xff
+    }
+
+    /// Returns the MAC address of the entry's network device.
+    pub fn mac(&self) -> Result<[u8; 6]> {
+        let mut mac = [0u8; 6];
+        // SAFETY: The entry is valid; `mac` has room for ETH_ALEN bytes.
+        to_result(unsafe {
+            bindings::rdma_read_gid_l2_fields(
+                self.ptr.as_ptr(),
+                core::ptr::null_mut(),
+                mac.as_mut_ptr(),
+            )
+        })?;
+        Ok(mac)
+    }
+}
+
+impl Drop for GidAttr {
+    fn drop(&mut self) {
+        // SAFETY: By the type invariant `self` holds one reference.
+        unsafe { bindings::rdma_put_gid_attr(self.ptr.as_ptr()) };
     }
 }

@@ -18,7 +18,7 @@ mod qp;
 
 pub use cq::{Cq, OwnedCq, PollContext};
 pub use cqe::{CompletionHandler, Cqe, WcStatus, WorkCompletion};
-pub use device::{Device, DeviceRef};
+pub use device::{Device, DeviceRef, GidAttr};
 pub use marker::DrainMarker;
 pub use pd::Pd;
 pub use qp::{OwnedQp, Qp, QpConfig, RawQp, RecvQueue, SendQueue, WorkQueue};

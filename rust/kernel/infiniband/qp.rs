@@ -4,7 +4,7 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
-use super::{CompletionHandler, Cq, Cqe, Device, DrainMarker, OwnedCq, Pd};
+use super::{CompletionHandler, Cq, Cqe, Device, DrainMarker, GidAttr, OwnedCq, Pd};
 use crate::{
     bindings,
     error::{from_err_ptr, to_result},
@@ -444,6 +444,57 @@ impl<'a> OwnedQp<'a> {
         to_result(unsafe { bindings::ib_modify_qp(self.as_raw(), &mut attr, mask as i32) })?;
         self.in_reset = false;
         Ok(())
+    }
+
+    /// Connects the QP, in INIT, to the QP numbered `remote_qpn` that is
+    /// reachable through `gid` (RoCE): INIT -> RTR -> RTS.
+    pub fn connect(&mut self, gid: &GidAttr, remote_qpn: u32) -> Result {
+        let mut attr = bindings::ib_qp_attr {
+            qp_state: bindings::ib_qp_state_IB_QPS_RTR,
+            path_mtu: bindings::ib_mtu_IB_MTU_1024,
+            dest_qp_num: remote_qpn,
+            rq_psn: 0,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+            ..Default::default()
+        };
+        let ah = &mut attr.ah_attr;
+        ah.type_ = bindings::rdma_ah_attr_type_RDMA_AH_ATTR_TYPE_ROCE;
+        // SAFETY: A valid QP.
+        ah.port_num = unsafe { (*self.as_raw()).port };
+        ah.ah_flags = bindings::ib_ah_flags_IB_AH_GRH as u8;
+        ah.grh.dgid.raw = gid.gid();
+        ah.grh.sgid_index = u8::try_from(gid.index()).map_err(|_| EINVAL)?;
+        ah.grh.hop_limit = 64;
+        ah.__bindgen_anon_1.roce.dmac = gid.mac()?;
+        let mask = bindings::ib_qp_attr_mask_IB_QP_STATE
+            | bindings::ib_qp_attr_mask_IB_QP_AV
+            | bindings::ib_qp_attr_mask_IB_QP_PATH_MTU
+            | bindings::ib_qp_attr_mask_IB_QP_DEST_QPN
+            | bindings::ib_qp_attr_mask_IB_QP_RQ_PSN
+            | bindings::ib_qp_attr_mask_IB_QP_MAX_DEST_RD_ATOMIC
+            | bindings::ib_qp_attr_mask_IB_QP_MIN_RNR_TIMER;
+        // SAFETY: The QP and `attr` are valid; `&mut self` excludes
+        // concurrent state changes through this handle.
+        to_result(unsafe { bindings::ib_modify_qp(self.as_raw(), &mut attr, mask as i32) })?;
+
+        let mut attr = bindings::ib_qp_attr {
+            qp_state: bindings::ib_qp_state_IB_QPS_RTS,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            sq_psn: 0,
+            max_rd_atomic: 1,
+            ..Default::default()
+        };
+        let mask = bindings::ib_qp_attr_mask_IB_QP_STATE
+            | bindings::ib_qp_attr_mask_IB_QP_TIMEOUT
+            | bindings::ib_qp_attr_mask_IB_QP_RETRY_CNT
+            | bindings::ib_qp_attr_mask_IB_QP_RNR_RETRY
+            | bindings::ib_qp_attr_mask_IB_QP_SQ_PSN
+            | bindings::ib_qp_attr_mask_IB_QP_MAX_QP_RD_ATOMIC;
+        // SAFETY: As above.
+        to_result(unsafe { bindings::ib_modify_qp(self.as_raw(), &mut attr, mask as i32) })
     }
 
     /// Returns the receive queue's posting token.
