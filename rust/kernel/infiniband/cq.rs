@@ -29,6 +29,7 @@ pub enum PollContext {
 
 impl PollContext {
     /// Returns the C `enum ib_poll_context` value.
+    #[inline]
     pub fn as_raw(self) -> bindings::ib_poll_context {
         match self {
             Self::Softirq => bindings::ib_poll_context_IB_POLL_SOFTIRQ,
@@ -38,6 +39,7 @@ impl PollContext {
         }
     }
 
+    #[inline]
     fn from_raw(raw: bindings::ib_poll_context) -> Option<Self> {
         [
             Self::Softirq,
@@ -71,6 +73,7 @@ impl Cq {
     /// # Safety
     ///
     /// `ptr` must point to a valid `struct ib_cq` that stays valid for `'a`.
+    #[inline]
     pub unsafe fn from_raw<'a>(ptr: *mut bindings::ib_cq) -> &'a Self {
         // SAFETY: `Cq` is a transparent wrapper of `struct ib_cq`, and the caller
         // guarantees that `ptr` is valid for `'a`.
@@ -78,23 +81,27 @@ impl Cq {
     }
 
     /// Returns the raw `struct ib_cq` pointer.
+    #[inline]
     pub fn as_raw(&self) -> *mut bindings::ib_cq {
         self.0.get()
     }
 
     /// Returns the CQ's restrack id, as the rdma_core tracepoints print it.
+    #[inline]
     pub fn id(&self) -> u32 {
         // SAFETY: By the type invariant the CQ is valid.
         unsafe { (*self.as_raw()).res.id }
     }
 
     /// Returns the number of entries the CQ holds.
+    #[inline]
     pub fn capacity(&self) -> i32 {
         // SAFETY: By the type invariant the CQ is valid.
         unsafe { (*self.as_raw()).cqe }
     }
 
     /// Returns how the CQ is polled, or `None` for an unknown value.
+    #[inline]
     pub fn poll_context(&self) -> Option<PollContext> {
         // SAFETY: By the type invariant the CQ is valid.
         PollContext::from_raw(unsafe { (*self.as_raw()).poll_ctx })
@@ -105,6 +112,7 @@ impl Cq {
     /// Only CQs from `ib_alloc_cq()` do: that is the function that allocates the
     /// polling array `wc`. A CQ from `ib_create_cq()` reports completions to its
     /// own handler, so a drain marker posted to it would never complete.
+    #[inline]
     pub fn calls_cqe_done(&self) -> bool {
         // SAFETY: By the type invariant the CQ is valid.
         !unsafe { (*self.as_raw()).wc }.is_null()
@@ -123,6 +131,7 @@ impl Cq {
     }
 
     /// Fires the `cq_drain_complete` tracepoint for this CQ.
+    #[inline]
     pub fn trace_drain_complete(&self) {
         // SAFETY: The tracepoint only reads `cq->res.id` of a valid CQ.
         unsafe { trace::cq_drain_complete(self.as_raw()) }

@@ -28,6 +28,7 @@ impl Device {
     /// # Safety
     ///
     /// `ptr` must point to a valid `struct ib_device` that stays valid for `'a`.
+    #[inline]
     pub unsafe fn from_raw<'a>(ptr: *mut bindings::ib_device) -> &'a Self {
         // SAFETY: `Device` is a transparent wrapper of `struct ib_device`, and the
         // caller guarantees that `ptr` is valid for `'a`.
@@ -35,11 +36,13 @@ impl Device {
     }
 
     /// Returns the raw `struct ib_device` pointer.
+    #[inline]
     pub fn as_raw(&self) -> *mut bindings::ib_device {
         self.0.get()
     }
 
     /// Returns the device's name, such as `rxe0`.
+    #[inline]
     pub fn name(&self) -> &CStr {
         // SAFETY: By the type invariant the device is valid; its kobject name is
         // set before registration and is NUL-terminated when not null.
@@ -52,6 +55,7 @@ impl Device {
     }
 
     /// Returns the device's operations table.
+    #[inline]
     pub(crate) fn ops(&self) -> &bindings::ib_device_ops {
         // SAFETY: By the type invariant the device is valid, and its ops are
         // set once before registration.

@@ -65,21 +65,25 @@ impl DrainMarker {
     }
 
     /// Returns the `ib_cqe` to put in a work request's `wr_cqe`.
+    #[inline]
     pub(crate) fn cqe(&self) -> *mut bindings::ib_cqe {
         self.cqe.get()
     }
 
     /// Records that the marker was posted: from now on it must complete.
+    #[inline]
     pub(crate) fn set_posted(&self) {
         self.posted.set(true);
     }
 
     /// Returns `true` if the marker was posted.
+    #[inline]
     pub fn is_posted(&self) -> bool {
         self.posted.get()
     }
 
     /// Returns `true` once the marker's completion has been reaped.
+    #[inline]
     pub fn is_done(&self) -> bool {
         self.done.completion_done()
     }
@@ -87,6 +91,7 @@ impl DrainMarker {
     /// Waits at most `timeout` for the marker's completion to be reaped.
     ///
     /// Returns `true` if it was.
+    #[inline]
     pub fn wait_timeout(&self, timeout: Jiffies) -> bool {
         self.done.wait_for_completion_timeout(timeout)
     }

@@ -39,6 +39,7 @@ impl Qp {
     /// # Safety
     ///
     /// `ptr` must point to a valid `struct ib_qp` that stays valid for `'a`.
+    #[inline]
     pub unsafe fn from_raw<'a>(ptr: *mut bindings::ib_qp) -> &'a Self {
         // SAFETY: `Qp` is a transparent wrapper of `struct ib_qp`, and the caller
         // guarantees that `ptr` is valid for `'a`.
@@ -46,23 +47,27 @@ impl Qp {
     }
 
     /// Returns the raw `struct ib_qp` pointer.
+    #[inline]
     pub fn as_raw(&self) -> *mut bindings::ib_qp {
         self.0.get()
     }
 
     /// Returns the device the QP belongs to.
+    #[inline]
     pub fn device(&self) -> &Device {
         // SAFETY: A valid QP points to its valid device, which outlives it.
         unsafe { Device::from_raw((*self.as_raw()).device) }
     }
 
     /// Returns the QP number.
+    #[inline]
     pub fn qp_num(&self) -> u32 {
         // SAFETY: By the type invariant the QP is valid.
         unsafe { (*self.as_raw()).qp_num }
     }
 
     /// Returns `true` if the QP receives through a shared receive queue.
+    #[inline]
     pub fn has_srq(&self) -> bool {
         // SAFETY: By the type invariant the QP is valid.
         !unsafe { (*self.as_raw()).srq }.is_null()
@@ -126,9 +131,11 @@ pub trait WorkQueue<'a> {
     const NAME: &'static str;
 
     /// The QP the queue belongs to.
+    #[inline]
     fn qp(&self) -> &'a Qp;
 
     /// The CQ the queue's completions go to, if it has one.
+    #[inline]
     fn cq(&self) -> Option<&'a Cq>;
 
     /// Runs the provider's own drain for this queue; `false` if it has none.
@@ -154,10 +161,12 @@ pub struct RecvQueue<'a> {
 impl<'a> WorkQueue<'a> for RecvQueue<'a> {
     const NAME: &'static str = "recv";
 
+    #[inline]
     fn qp(&self) -> &'a Qp {
         self.qp
     }
 
+    #[inline]
     fn cq(&self) -> Option<&'a Cq> {
         // SAFETY: The QP is valid.
         let cq = unsafe { (*self.qp.as_raw()).recv_cq };
@@ -240,10 +249,12 @@ pub struct SendQueue<'a> {
 impl<'a> WorkQueue<'a> for SendQueue<'a> {
     const NAME: &'static str = "send";
 
+    #[inline]
     fn qp(&self) -> &'a Qp {
         self.qp
     }
 
+    #[inline]
     fn cq(&self) -> Option<&'a Cq> {
         // SAFETY: The QP is valid.
         let cq = unsafe { (*self.qp.as_raw()).send_cq };
