@@ -3,6 +3,7 @@
 #   make         set up everything, build and boot the test kernel, show the demo
 #   make test    everything `make` builds, then every test suite; ends with
 #                'N passed, N failed'
+#   make bench   Rust vs C drain latency on rxe (out/bench/: CSV, table, plot)
 #   make lint    rustfmt, clippy (CLIPPY=1) and checkpatch.pl on the change
 #   make patches the whole change as a git format-patch series (out/patches/)
 #   make clean   remove the build cache (it is rebuilt from nothing next time)
@@ -13,7 +14,7 @@ SHELL := /bin/bash
 CACHE ?= $(or $(RDMA_RUST_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/rdma-rust-drain)
 export RDMA_RUST_CACHE := $(CACHE)
 
-.PHONY: all demo test build patches lint clean
+.PHONY: all demo test build bench patches lint clean
 
 all: demo
 
@@ -26,6 +27,9 @@ demo: build
 
 test: build
 	@scripts/run-tests.sh test test
+
+bench:
+	@scripts/bench.sh
 
 lint: build
 	@scripts/lint.sh

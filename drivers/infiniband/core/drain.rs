@@ -85,42 +85,37 @@ fn drain<'a, Q: WorkQueue<'a>>(q: &mut Q) {
 
 fn drain_generic<'a, Q: WorkQueue<'a>>(q: &mut Q) {
     let qp = q.qp();
-    let dev = qp.device().name();
-    let qpn = qp.qp_num();
     let Some(cq) = q.cq() else {
-        pr_warn!("{dev}: QP {qpn:#x} has no {} CQ, cannot drain\n", Q::NAME);
-        kernel::warn_on!(true);
+        refuse(qp, format_args!("no {} CQ, cannot drain", Q::NAME));
         return;
     };
     // The marker's completion must reach `DrainMarker`'s `done`, which only
     // ib_alloc_cq() CQs call; the C drain would wait forever here.
     if !cq.calls_cqe_done() {
-        pr_warn!(
-            "{dev}: QP {qpn:#x}: {} CQ {} is not from ib_alloc_cq(), cannot drain\n",
-            Q::NAME,
-            cq.id()
+        refuse(
+            qp,
+            format_args!(
+                "{} CQ {} is not from ib_alloc_cq(), cannot drain",
+                Q::NAME,
+                cq.id()
+            ),
         );
-        kernel::warn_on!(true);
         return;
     }
     if let Err(e) = qp.set_error_state() {
-        pr_warn!(
-            "{dev}: QP {qpn:#x}: failed to drain {} queue: {}\n",
-            Q::NAME,
-            e.to_errno()
+        refuse(
+            qp,
+            format_args!("failed to drain {} queue: {}", Q::NAME, e.to_errno()),
         );
-        kernel::warn_on!(true);
         return;
     }
 
     stack_pin_init!(let marker = DrainMarker::new());
     if let Err(e) = q.post_marker(marker.as_ref()) {
-        pr_warn!(
-            "{dev}: QP {qpn:#x}: failed to drain {} queue: {}\n",
-            Q::NAME,
-            e.to_errno()
+        refuse(
+            qp,
+            format_args!("failed to drain {} queue: {}", Q::NAME, e.to_errno()),
         );
-        kernel::warn_on!(true);
         return;
     }
 
@@ -128,8 +123,10 @@ fn drain_generic<'a, Q: WorkQueue<'a>>(q: &mut Q) {
     // completed. `DrainMarker`'s drop would wait too; this loop also reports.
     let mut waited_ms = 0;
     if cq.poll_context() == Some(PollContext::Direct) {
-        // Nobody else reaps a direct CQ: poll it ourselves, soon after the
-        // provider flushes, instead of sleeping in 100 ms slices like C.
+        // Nobody else reaps a direct CQ: poll it ourselves soon after the
+        // provider flushes, instead of sleeping in 100 ms slices like C. We
+        // sleep rather than spin between polls: the flush may be work that
+        // waits for this very CPU.
         let mut backoff_us = DIRECT_POLL_MIN_US;
         let mut since_report_us = 0;
         loop {
@@ -153,6 +150,12 @@ fn drain_generic<'a, Q: WorkQueue<'a>>(q: &mut Q) {
     }
 }
 
+/// Refuses a drain that cannot start: a message naming the QP, and a WARN.
+fn refuse(qp: &Qp, why: core::fmt::Arguments<'_>) {
+    pr_warn!("{}: QP {:#x}: {why}\n", qp.device().name(), qp.qp_num());
+    kernel::warn_on!(true);
+}
+
 /// Says that a drain is stuck: a line every `STUCK_REPORT_MS`, with a
 /// backtrace the first time, so that the waiter can be found.
 fn report_stuck(qp: &Qp, queue: &str, cq_id: u32, waited_ms: u32) {
@@ -171,19 +174,15 @@ fn report_stuck(qp: &Qp, queue: &str, cq_id: u32, waited_ms: u32) {
 /// for the Last WQE Reached event, then poll the CQ until it is empty.
 fn drain_srq(rq: &mut RecvQueue<'_>) {
     let qp = rq.qp();
-    let dev = qp.device().name();
-    let qpn = qp.qp_num();
     if let Err(e) = qp.set_error_state() {
-        pr_warn!(
-            "{dev}: QP {qpn:#x}: failed to drain shared recv queue: {}\n",
-            e.to_errno()
+        refuse(
+            qp,
+            format_args!("failed to drain shared recv queue: {}", e.to_errno()),
         );
-        kernel::warn_on!(true);
         return;
     }
     let Some(cq) = rq.srq_cq() else {
-        pr_warn!("{dev}: QP {qpn:#x} has no CQ associated with its SRQ\n");
-        kernel::warn_on!(true);
+        refuse(qp, format_args!("no CQ associated with its SRQ"));
         return;
     };
     if qp.wait_last_wqe_reached(msecs_to_jiffies(60_000)) {

@@ -31,7 +31,18 @@ pub struct DrainMarker {
     cqe: Opaque<bindings::ib_cqe>,
     #[pin]
     done: Completion,
-    posted: Cell<bool>,
+    state: Cell<State>,
+}
+
+/// Where a marker is in its one use.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Not posted yet.
+    Fresh,
+    /// Posted: the provider points at it until its completion is reaped.
+    Posted,
+    /// Its completion was reaped; it cannot be posted again.
+    Reaped,
 }
 
 impl DrainMarker {
@@ -43,7 +54,7 @@ impl DrainMarker {
                 done: Some(Self::done_callback),
             }),
             done <- Completion::new(),
-            posted: Cell::new(false),
+            state: Cell::new(State::Fresh),
         })
     }
 
@@ -73,19 +84,24 @@ impl DrainMarker {
     /// Records that the marker was posted: from now on it must complete.
     #[inline]
     pub(crate) fn set_posted(&self) {
-        self.posted.set(true);
+        self.state.set(State::Posted);
     }
 
-    /// Returns `true` if the marker was posted.
+    /// Returns `true` if the marker was never posted: a marker serves once.
     #[inline]
-    pub fn is_posted(&self) -> bool {
-        self.posted.get()
+    pub fn is_fresh(&self) -> bool {
+        self.state.get() == State::Fresh
     }
 
     /// Returns `true` once the marker's completion has been reaped.
     #[inline]
     pub fn is_done(&self) -> bool {
-        self.done.completion_done()
+        let done = self.done.completion_done();
+        if done {
+            // The provider is done with the marker: its drop need not wait.
+            self.state.set(State::Reaped);
+        }
+        done
     }
 
     /// Waits at most `timeout` for the marker's completion to be reaped.
@@ -93,14 +109,19 @@ impl DrainMarker {
     /// Returns `true` if it was.
     #[inline]
     pub fn wait_timeout(&self, timeout: Jiffies) -> bool {
-        self.done.wait_for_completion_timeout(timeout)
+        let done = self.done.wait_for_completion_timeout(timeout);
+        if done {
+            // As in `is_done`.
+            self.state.set(State::Reaped);
+        }
+        done
     }
 }
 
 #[pinned_drop]
 impl PinnedDrop for DrainMarker {
     fn drop(self: Pin<&mut Self>) {
-        if !self.posted.get() {
+        if self.state.get() != State::Posted {
             return;
         }
         // The provider still points at this marker: freeing it before its

@@ -185,7 +185,7 @@ impl<'a> WorkQueue<'a> for RecvQueue<'a> {
     }
 
     fn post_marker(&mut self, marker: Pin<&DrainMarker>) -> Result {
-        if marker.is_posted() {
+        if !marker.is_fresh() {
             return Err(EBUSY);
         }
         let mut wr = bindings::ib_recv_wr::default();
@@ -273,7 +273,7 @@ impl<'a> WorkQueue<'a> for SendQueue<'a> {
     }
 
     fn post_marker(&mut self, marker: Pin<&DrainMarker>) -> Result {
-        if marker.is_posted() {
+        if !marker.is_fresh() {
             return Err(EBUSY);
         }
         // A zero-length RDMA WRITE: valid on every connected QP, and flushed
@@ -300,6 +300,15 @@ impl<'a> WorkQueue<'a> for SendQueue<'a> {
 }
 
 impl RecvQueue<'_> {
+    /// Reaps the receive CQ in the caller's context, if it is polled
+    /// directly ([`PollContext::Direct`]); returns how many completions.
+    pub fn poll_cq_direct(&mut self) -> i32 {
+        match self.cq() {
+            Some(cq) if cq.poll_context() == Some(super::PollContext::Direct) => self.poll_cq(),
+            _ => 0,
+        }
+    }
+
     /// Posts a receive work request without buffers, whose completion runs
     /// `cqe`'s handler. It matches a zero-length send, or is flushed.
     pub fn post<H: CompletionHandler>(&mut self, cqe: Pin<&Cqe<H>>) -> Result {
@@ -525,6 +534,17 @@ impl<'a> OwnedQp<'a> {
     pub fn drain_rq(&mut self) {
         // SAFETY: The QP is valid, and `&mut self` excludes other posters.
         unsafe { bindings::ib_drain_rq(self.as_raw()) }
+    }
+
+    /// Drains the receive queue with the C drain that the Rust one replaced
+    /// (`ib_drain_rq_c()`), for side-by-side measurements. Test only.
+    #[cfg(CONFIG_INFINIBAND_DRAIN_C_REFERENCE)]
+    pub fn drain_rq_c_reference(&mut self) {
+        extern "C" {
+            fn ib_drain_rq_c(qp: *mut bindings::ib_qp);
+        }
+        // SAFETY: As for `drain_rq`; the C drain has the same contract.
+        unsafe { ib_drain_rq_c(self.as_raw()) }
     }
 
     /// Blocks until every send completion has been consumed (`ib_drain_sq()`).
