@@ -122,6 +122,11 @@ unsafe fn complete(cq: *mut bindings::ib_cq, cqe: *mut bindings::ib_cqe) {
     unsafe { ((*cqe).done.unwrap())(cq, &mut wc) };
 }
 
+/// The fake `ops.modify_qp`: records the call and returns `FAKE.modify_ret`.
+///
+/// # Safety
+///
+/// Called by the RDMA core or the tracepoint with valid arguments.
 unsafe extern "C" fn fake_modify_qp(
     _qp: *mut bindings::ib_qp,
     attr: *mut bindings::ib_qp_attr,
@@ -135,6 +140,11 @@ unsafe extern "C" fn fake_modify_qp(
     FAKE.modify_ret.load(SeqCst)
 }
 
+/// The fake `ops.post_recv`: records the work request; may complete it.
+///
+/// # Safety
+///
+/// Called by the RDMA core or the tracepoint with valid arguments.
 unsafe extern "C" fn fake_post_recv(
     qp: *mut bindings::ib_qp,
     wr: *const bindings::ib_recv_wr,
@@ -156,6 +166,11 @@ unsafe extern "C" fn fake_post_recv(
     ret
 }
 
+/// The fake `ops.post_send`: records the work request; may complete it.
+///
+/// # Safety
+///
+/// Called by the RDMA core or the tracepoint with valid arguments.
 unsafe extern "C" fn fake_post_send(
     qp: *mut bindings::ib_qp,
     wr: *const bindings::ib_send_wr,
@@ -184,6 +199,11 @@ unsafe extern "C" fn fake_post_send(
     ret
 }
 
+/// The fake `ops.poll_cq`: returns the marker from poll `FAKE.complete_on_poll` on.
+///
+/// # Safety
+///
+/// Called by the RDMA core or the tracepoint with valid arguments.
 unsafe extern "C" fn fake_poll_cq(
     _cq: *mut bindings::ib_cq,
     num_entries: i32,
@@ -209,14 +229,29 @@ unsafe extern "C" fn fake_poll_cq(
     1
 }
 
+/// The fake provider `ops.drain_rq`: counts calls.
+///
+/// # Safety
+///
+/// Called by the RDMA core or the tracepoint with valid arguments.
 unsafe extern "C" fn fake_drain_rq(_qp: *mut bindings::ib_qp) {
     FAKE.drain_rq_calls.fetch_add(1, SeqCst);
 }
 
+/// The fake provider `ops.drain_sq`: counts calls.
+///
+/// # Safety
+///
+/// Called by the RDMA core or the tracepoint with valid arguments.
 unsafe extern "C" fn fake_drain_sq(_qp: *mut bindings::ib_qp) {
     FAKE.drain_sq_calls.fetch_add(1, SeqCst);
 }
 
+/// Probe of `cq_drain_complete`: counts hits, keeps the last CQ.
+///
+/// # Safety
+///
+/// Called by the RDMA core or the tracepoint with valid arguments.
 unsafe extern "C" fn trace_probe(_data: *mut c_void, cq: *const bindings::ib_cq) {
     FAKE.trace_hits.fetch_add(1, SeqCst);
     FAKE.trace_cq.store(cq.cast_mut(), SeqCst);
@@ -226,6 +261,10 @@ unsafe extern "C" fn trace_probe(_data: *mut c_void, cq: *const bindings::ib_cq)
 static ALLOCS: AtomicU32 = AtomicU32::new(0);
 static ALLOC_TASK: AtomicPtr<bindings::task_struct> = AtomicPtr::new(null_mut());
 
+#[expect(
+    improper_ctypes,
+    reason = "only the addresses of these statics are used, never their contents"
+)]
 extern "C" {
     // Exported by mm/slab_common.c (EXPORT_TRACEPOINT_SYMBOL).
     static mut __tracepoint_kmalloc: bindings::tracepoint;
@@ -239,6 +278,11 @@ fn count_alloc() {
     }
 }
 
+/// Probe of the `kmalloc` tracepoint.
+///
+/// # Safety
+///
+/// Called by the RDMA core or the tracepoint with valid arguments.
 unsafe extern "C" fn kmalloc_probe(
     _data: *mut c_void,
     _site: usize,
@@ -251,6 +295,11 @@ unsafe extern "C" fn kmalloc_probe(
     count_alloc();
 }
 
+/// Probe of the `kmem_cache_alloc` tracepoint.
+///
+/// # Safety
+///
+/// Called by the RDMA core or the tracepoint with valid arguments.
 unsafe extern "C" fn cache_alloc_probe(
     _data: *mut c_void,
     _site: usize,
@@ -503,9 +552,9 @@ mod tests {
         // SAFETY: Registered above.
         unsafe { bindings::tracepoint_probe_unregister(tp, probe, null_mut()) };
         assert_eq!(rq_hits, 1);
-        assert_eq!(rq_cq, &mut *s.recv_cq as *mut _);
+        assert_eq!(rq_cq, core::ptr::from_mut(&mut *s.recv_cq));
         assert_eq!(sq_hits, 2);
-        assert_eq!(sq_cq, &mut *s.send_cq as *mut _);
+        assert_eq!(sq_cq, core::ptr::from_mut(&mut *s.send_cq));
         Ok(())
     }
 

@@ -131,11 +131,9 @@ pub trait WorkQueue<'a> {
     const NAME: &'static str;
 
     /// The QP the queue belongs to.
-    #[inline]
     fn qp(&self) -> &'a Qp;
 
     /// The CQ the queue's completions go to, if it has one.
-    #[inline]
     fn cq(&self) -> Option<&'a Cq>;
 
     /// Runs the provider's own drain for this queue; `false` if it has none.
@@ -359,7 +357,19 @@ pub struct QpConfig {
 /// Both work queues and their CQs have one entry more than asked for, for
 /// the drain marker, so "room for the drain" holds by construction.
 /// Posting and draining need the queue's token by `&mut`, so nothing posts
-/// during a drain.
+/// during a drain:
+///
+/// ```ignore,compile_fail
+/// # use kernel::infiniband::{CompletionHandler, Cqe, OwnedQp};
+/// fn post_during_drain<H: CompletionHandler>(qp: &mut OwnedQp<'_>, cqe: Pin<&Cqe<H>>) {
+///     let mut rq = qp.rq();
+///     qp.drain_rq(); // error[E0499]: cannot borrow `*qp` as mutable more than once
+///     rq.post(cqe);
+/// }
+/// ```
+///
+/// (`ignore`: the kernel's doctests run as KUnit and cannot check that
+/// something fails to build.)
 ///
 /// # Invariants
 ///
