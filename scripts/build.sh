@@ -8,6 +8,7 @@
 flavour=${1:-test}
 case "$flavour" in
 test) frags=("$TOP/scripts/config/base.config") ;;
+debug) frags=("$TOP/scripts/config/base.config" "$TOP/scripts/config/debug.config") ;;
 bench) frags=("$TOP/scripts/config/base.config" "$TOP/scripts/config/bench.config") ;;
 *) die build "" "unknown flavour '$flavour'" ;;
 esac

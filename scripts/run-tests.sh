@@ -11,7 +11,8 @@ rm -f "$log"
 # the exported drain functions and verbs.o does not.
 sym_rc=0
 "$TOP/scripts/check-symbols.sh" "$CACHE/build-$flavour" >"$CACHE/logs/check-symbols.log" 2>&1 || sym_rc=$?
-"$TOP/scripts/boot.sh" "$flavour" "$log"
+# shellcheck disable=SC2086 # KERNEL_ARGS is a list of words
+"$TOP/scripts/boot.sh" "$flavour" "$log" ${KERNEL_ARGS:-}
 
 if [ "$mode" = demo ]; then
 	echo "== demo: rxe and the drain in the booted kernel"

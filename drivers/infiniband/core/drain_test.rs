@@ -523,6 +523,24 @@ mod tests {
         Ok(())
     }
 
+    /// A marker reaped only after ~6 s: the stuck-drain report fires once
+    /// (one WARN; its message names the QP) and the drain still returns
+    /// only after the marker completed.
+    #[test]
+    fn stuck_drain_warns_and_keeps_waiting() -> Result {
+        let mut s = Setup::new(DIRECT)?;
+        FAKE.complete_on_post.store(false, SeqCst);
+        // Back-off 16 us doubling to 16 ms: poll 400 comes after ~6 s.
+        FAKE.complete_on_poll.store(400, SeqCst);
+        let qp = s.qp();
+        // SAFETY: A valid fake QP; nothing else posts or polls.
+        let warns = count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
+        assert_eq!(warns, 1);
+        assert_eq!(FAKE.polls.load(SeqCst), 400);
+        assert!(FAKE.posted_cqe.load(SeqCst).is_null());
+        Ok(())
+    }
+
     #[test]
     fn cq_not_from_ib_alloc_cq_is_refused_before_posting() -> Result {
         let mut s = Setup::new(SOFTIRQ)?;
@@ -574,9 +592,10 @@ mod tests {
         // SAFETY: As above.
         let n = count_allocations(|| unsafe { bindings::ib_drain_rq(qp) })?;
         assert_eq!(n, 0);
-        // The counter works: one allocation is seen.
+        // The counter works: an allocation is seen (more than one on a
+        // debug kernel, where kmemleak allocates its own tracking object).
         let n = count_allocations(|| drop(KBox::new(0u64, GFP_KERNEL)))?;
-        assert_eq!(n, 1);
+        assert!(n >= 1);
         Ok(())
     }
 

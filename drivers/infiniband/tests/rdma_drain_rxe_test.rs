@@ -102,6 +102,12 @@ fn drain_rq_case(ctx: PollContext, n: u32) -> Result<(u32, u32, u32)> {
     }
     qp.drain_rq();
     let counts = cqe.handler().counts();
+    // The drain consumed everything: a direct CQ has nothing left to reap.
+    let left = qp.rq().poll_cq_direct();
+    if left != 0 {
+        pr_err!("{ctx:?} n={n}: {left} completions left in the CQ after the drain\n");
+        return Err(EINVAL);
+    }
     if cqe.outstanding() != 0 {
         pr_err!(
             "{ctx:?} n={n}: {} receives outstanding after the drain\n",
