@@ -80,6 +80,18 @@ impl Cq {
         unsafe { &*ptr.cast() }
     }
 
+    /// Like [`Cq::from_raw`], for a pointer that may be null.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must be null or point to a valid `struct ib_cq` that stays valid
+    /// for `'a`.
+    #[inline]
+    pub(crate) unsafe fn from_raw_opt<'a>(ptr: *mut bindings::ib_cq) -> Option<&'a Self> {
+        // SAFETY: Non-null, so valid for `'a` by the caller's guarantee.
+        (!ptr.is_null()).then(|| unsafe { Self::from_raw(ptr) })
+    }
+
     /// Returns the raw `struct ib_cq` pointer.
     #[inline]
     pub fn as_raw(&self) -> *mut bindings::ib_cq {

@@ -144,7 +144,14 @@ pub trait WorkQueue<'a> {
 
     /// Polls the queue's CQ in the caller's context; returns how many
     /// completions were reaped.
-    fn poll_cq(&mut self) -> i32;
+    fn poll_cq(&mut self) -> i32 {
+        match self.cq() {
+            // SAFETY: Direct processing may run beside other pollers: it reaps
+            // into its own stack array and providers serialize `poll_cq`.
+            Some(cq) => unsafe { cq.process_direct(-1) },
+            None => 0,
+        }
+    }
 }
 
 /// The right to post receive work requests on a QP.
@@ -166,10 +173,8 @@ impl<'a> WorkQueue<'a> for RecvQueue<'a> {
 
     #[inline]
     fn cq(&self) -> Option<&'a Cq> {
-        // SAFETY: The QP is valid.
-        let cq = unsafe { (*self.qp.as_raw()).recv_cq };
-        // SAFETY: A QP's CQ outlives the QP.
-        (!cq.is_null()).then(|| unsafe { Cq::from_raw(cq) })
+        // SAFETY: The QP is valid, and its CQ outlives it.
+        unsafe { Cq::from_raw_opt((*self.qp.as_raw()).recv_cq) }
     }
 
     fn provider_drain(&mut self) -> bool {
@@ -195,15 +200,6 @@ impl<'a> WorkQueue<'a> for RecvQueue<'a> {
         marker.set_posted();
         Ok(())
     }
-
-    fn poll_cq(&mut self) -> i32 {
-        match self.cq() {
-            // SAFETY: Direct processing may run beside other pollers: it reaps
-            // into its own stack array and providers serialize `poll_cq`.
-            Some(cq) => unsafe { cq.process_direct(-1) },
-            None => 0,
-        }
-    }
 }
 
 impl<'a> RecvQueue<'a> {
@@ -224,11 +220,10 @@ impl<'a> RecvQueue<'a> {
             }
         };
         // SAFETY: A CQ outlives the QPs and SRQs that use it.
-        (!cq.is_null()).then(|| unsafe { Cq::from_raw(cq) })
+        unsafe { Cq::from_raw_opt(cq) }
     }
 
     /// Polls at most `budget` completions from `cq` in the caller's context.
-    ///
     pub fn poll_srq_cq(&mut self, cq: &Cq, budget: i32) -> i32 {
         // SAFETY: As for `WorkQueue::poll_cq`.
         unsafe { cq.process_direct(budget) }
@@ -254,10 +249,8 @@ impl<'a> WorkQueue<'a> for SendQueue<'a> {
 
     #[inline]
     fn cq(&self) -> Option<&'a Cq> {
-        // SAFETY: The QP is valid.
-        let cq = unsafe { (*self.qp.as_raw()).send_cq };
-        // SAFETY: A QP's CQ outlives the QP.
-        (!cq.is_null()).then(|| unsafe { Cq::from_raw(cq) })
+        // SAFETY: The QP is valid, and its CQ outlives it.
+        unsafe { Cq::from_raw_opt((*self.qp.as_raw()).send_cq) }
     }
 
     fn provider_drain(&mut self) -> bool {
@@ -285,15 +278,6 @@ impl<'a> WorkQueue<'a> for SendQueue<'a> {
         })?;
         marker.set_posted();
         Ok(())
-    }
-
-    fn poll_cq(&mut self) -> i32 {
-        match self.cq() {
-            // SAFETY: Direct processing may run beside other pollers: it reaps
-            // into its own stack array and providers serialize `poll_cq`.
-            Some(cq) => unsafe { cq.process_direct(-1) },
-            None => 0,
-        }
     }
 }
 
