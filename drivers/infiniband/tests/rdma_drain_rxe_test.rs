@@ -9,8 +9,8 @@
 
 use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use kernel::infiniband::{
-    CompletionHandler, Cqe, DeviceRef, GidAttr, OwnedCq, OwnedQp, Pd, PollContext, QpConfig,
-    WcStatus, WorkCompletion,
+    drain_rq_concurrently, CompletionHandler, Cqe, DeviceRef, GidAttr, OwnedCq, OwnedQp, Pd,
+    PollContext, QpConfig, WcStatus, WorkCompletion,
 };
 use kernel::prelude::*;
 use kernel::sync::{Arc, Completion};
@@ -326,6 +326,40 @@ mod tests {
         }
         for job in &jobs {
             assert_eq!(job.result.load(Ordering::Relaxed), 0);
+        }
+        Ok(())
+    }
+
+    /// 16 QPs sharing one CQ, each with 8 receives, drained at the same time
+    /// from 16 workers, in every poll context: all 128 receives flushed and
+    /// consumed when the drains return.
+    #[test]
+    fn sixteen_concurrent_drains_on_one_cq() -> Result {
+        for ctx in CONTEXTS {
+            let dev = rxe()?;
+            let pd = Pd::alloc(&dev)?;
+            let cfg = QpConfig {
+                send_depth: 0,
+                recv_depth: 8,
+            };
+            let cq = OwnedCq::alloc(&dev, 16 * (1 + 9), 0, ctx)?;
+            stack_pin_init!(let cqe = Cqe::new(Counter::default()));
+            let mut qps = KVec::new();
+            for _ in 0..16 {
+                let mut qp = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
+                qp.init(1)?;
+                for _ in 0..8 {
+                    qp.rq().post(cqe.as_ref())?;
+                }
+                qps.push(qp, GFP_KERNEL)?;
+            }
+            drain_rq_concurrently(&mut qps)?;
+            let counts = cqe.handler().counts();
+            if counts != (0, 128, 0) || cqe.outstanding() != 0 {
+                pr_err!("{ctx:?}: {counts:?}, {} outstanding\n", cqe.outstanding());
+            }
+            assert_eq!(counts, (0, 128, 0));
+            assert_eq!(cqe.outstanding(), 0);
         }
         Ok(())
     }

@@ -21,4 +21,6 @@ pub use cqe::{CompletionHandler, Cqe, WcStatus, WorkCompletion};
 pub use device::{Device, DeviceRef, GidAttr};
 pub use marker::DrainMarker;
 pub use pd::Pd;
-pub use qp::{OwnedQp, Qp, QpConfig, RawQp, RecvQueue, SendQueue, WorkQueue};
+pub use qp::{
+    drain_rq_concurrently, OwnedQp, Qp, QpConfig, RawQp, RecvQueue, SendQueue, WorkQueue,
+};

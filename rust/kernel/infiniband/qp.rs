@@ -12,7 +12,16 @@ use crate::{
     time::Jiffies,
     types::Opaque,
 };
-use core::{marker::PhantomData, ops::Deref, ptr::NonNull};
+use crate::{
+    sync::{Arc, Completion},
+    workqueue::{self, Work, WorkItem},
+};
+use core::{
+    marker::PhantomData,
+    ops::Deref,
+    ptr::NonNull,
+    sync::atomic::{AtomicUsize, Ordering},
+};
 
 /// The C `struct ib_qp`, for `extern "C"` entry points that receive one.
 pub type RawQp = bindings::ib_qp;
@@ -575,5 +584,101 @@ impl Drop for OwnedQp<'_> {
         unsafe { bindings::ib_destroy_qp_user(self.ptr.as_ptr(), core::ptr::null_mut()) };
         self.send_cq.unreserve(self.config.send_depth + 1);
         self.recv_cq.unreserve(self.config.recv_depth + 1);
+    }
+}
+
+/// Drains the receive queues of all `qps` at the same time, each from its own
+/// worker of the unbound workqueue, and returns when every drain has.
+///
+/// The QPs may share CQs, directly polled ones included. `&mut` on the slice
+/// keeps every other poster away for the whole time.
+pub fn drain_rq_concurrently(qps: &mut [OwnedQp<'_>]) -> Result {
+    let n = qps.len();
+    let countdown = Arc::pin_init(
+        pin_init!(Countdown {
+            left: AtomicUsize::new(n),
+            zero <- Completion::new(),
+        }),
+        GFP_KERNEL,
+    )?;
+    let mut queued = 0;
+    let mut result = Ok(());
+    for qp in qps.iter_mut() {
+        let (qp, cd) = (RawQpPtr(qp.as_raw()), countdown.clone());
+        let job = Arc::pin_init(
+            pin_init!(DrainJob {
+                work <- crate::new_work!("drain_rq_concurrently"),
+                qp,
+                countdown: cd,
+            }),
+            GFP_KERNEL,
+        );
+        match job {
+            Ok(job) => {
+                // Each job is new, so it cannot be queued already.
+                let _ = workqueue::system_unbound().enqueue(job);
+                queued += 1;
+            }
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        }
+    }
+    // Jobs that were never made count down here. The jobs point at the QPs
+    // that `qps` borrows: return only after every queued one has run.
+    countdown.count_down(n - queued);
+    countdown.zero.wait_for_completion();
+    result
+}
+
+/// Counts the drains of [`drain_rq_concurrently`] down to zero.
+#[pin_data]
+struct Countdown {
+    left: AtomicUsize,
+    #[pin]
+    zero: Completion,
+}
+
+impl Countdown {
+    fn count_down(&self, k: usize) {
+        if self.left.fetch_sub(k, Ordering::AcqRel) == k {
+            self.zero.complete_all();
+        }
+    }
+}
+
+/// A QP pointer that a drain job carries to its worker.
+struct RawQpPtr(*mut bindings::ib_qp);
+
+// SAFETY: The QP may be drained from any thread; `drain_rq_concurrently`
+// keeps it alive and free of other posters until the job has run.
+unsafe impl Send for RawQpPtr {}
+
+// SAFETY: Only the worker that runs the job uses the pointer.
+unsafe impl Sync for RawQpPtr {}
+
+/// One drain of [`drain_rq_concurrently`].
+#[pin_data]
+struct DrainJob {
+    #[pin]
+    work: Work<DrainJob>,
+    qp: RawQpPtr,
+    countdown: Arc<Countdown>,
+}
+
+crate::impl_has_work! {
+    impl HasWork<Self> for DrainJob { self.work }
+}
+
+impl WorkItem for DrainJob {
+    type Pointer = Arc<DrainJob>;
+
+    fn run(this: Arc<DrainJob>) {
+        // SAFETY: `drain_rq_concurrently` holds the QP by `&mut` and waits
+        // for this job before it returns: the QP is valid and nobody else
+        // posts receives on it.
+        unsafe { bindings::ib_drain_rq(this.qp.0) };
+        this.countdown.count_down(1);
     }
 }
