@@ -11,22 +11,8 @@ NQN=nqn.2026-11.rust-drain:test
 CFG=/sys/kernel/config/nvmet
 TRACE=/sys/kernel/tracing
 
-n=0
-out=""
-t() { # t NAME CMD...
-	name=$1
-	shift
-	n=$((n + 1))
-	if msg=$("$@" 2>&1); then
-		out="$out
-    # $name: $(echo "$msg" | tail -n 1)
-    ok $n $name"
-	else
-		out="$out
-    # $name: $(echo "$msg" | tail -n 3 | tr '\n' ' ')
-    not ok $n $name"
-	fi
-}
+. /ktap.sh
+ktap_begin
 
 setup_target() {
 	modprobe null_blk nr_devices=1 gb=1 memory_backed=1 &&
@@ -95,16 +81,10 @@ drains_traced() {
 	[ "$c" -ge $((CYCLES * 4)) ]
 }
 
-t nvmet_rdma_target_setup setup_target
-t drain_tracepoint_enabled trace_on
-t nvme_rdma_${CYCLES}_cycles_data_matches cycles
-t drains_ran_on_both_sides drains_traced
+check nvmet_rdma_target_setup setup_target
+check drain_tracepoint_enabled trace_on
+check nvme_rdma_${CYCLES}_cycles_data_matches cycles
+check drains_ran_on_both_sides drains_traced
 echo "rust-drain: $(grep -c cq_drain_complete $TRACE/trace 2>/dev/null) cq_drain_complete events in $CYCLES nvme cycles"
 
-echo "KTAP version 1"
-echo "1..1"
-echo "    KTAP version 1"
-echo "    # Subtest: nvme_rdma_rxe"
-echo "    1..$n"
-echo "$out" | sed '/^$/d'
-if echo "$out" | grep -q 'not ok'; then echo "not ok 1 nvme_rdma_rxe"; else echo "ok 1 nvme_rdma_rxe"; fi
+ktap_end nvme_rdma_rxe

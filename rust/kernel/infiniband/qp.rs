@@ -111,6 +111,24 @@ impl Qp {
         }
     }
 
+    /// Runs a provider's `drain_rq`/`drain_sq` op on this QP if it has one;
+    /// returns `false` if not.
+    ///
+    /// # Safety
+    ///
+    /// Nobody may post on the queue that `op` drains until it returns.
+    unsafe fn run_provider_drain(
+        &self,
+        op: Option<unsafe extern "C" fn(*mut bindings::ib_qp)>,
+    ) -> bool {
+        let Some(drain) = op else {
+            return false;
+        };
+        // SAFETY: The QP is valid; the caller excludes other posters.
+        unsafe { drain(self.as_raw()) };
+        true
+    }
+
     /// Returns the receive queue's posting token.
     ///
     /// # Safety
@@ -187,13 +205,8 @@ impl<'a> WorkQueue<'a> for RecvQueue<'a> {
     }
 
     fn provider_drain(&mut self) -> bool {
-        let Some(drain) = self.qp.device().ops().drain_rq else {
-            return false;
-        };
-        // SAFETY: The QP is valid and, by the type invariant, nobody posts
-        // receives while the provider drains.
-        unsafe { drain(self.qp.as_raw()) };
-        true
+        // SAFETY: By the type invariant nobody posts receives meanwhile.
+        unsafe { self.qp.run_provider_drain(self.qp.device().ops().drain_rq) }
     }
 
     fn post_marker(&mut self, marker: Pin<&DrainMarker>) -> Result {
@@ -263,13 +276,8 @@ impl<'a> WorkQueue<'a> for SendQueue<'a> {
     }
 
     fn provider_drain(&mut self) -> bool {
-        let Some(drain) = self.qp.device().ops().drain_sq else {
-            return false;
-        };
-        // SAFETY: The QP is valid and, by the type invariant, nobody posts
-        // sends while the provider drains.
-        unsafe { drain(self.qp.as_raw()) };
-        true
+        // SAFETY: By the type invariant nobody posts sends meanwhile.
+        unsafe { self.qp.run_provider_drain(self.qp.device().ops().drain_sq) }
     }
 
     fn post_marker(&mut self, marker: Pin<&DrainMarker>) -> Result {
