@@ -15,3 +15,10 @@ __rust_helper int rust_helper_ib_post_send(struct ib_qp *qp,
 {
 	return ib_post_send(qp, send_wr, bad_send_wr);
 }
+
+__rust_helper int rust_helper_ib_post_srq_recv(struct ib_srq *srq,
+					       const struct ib_recv_wr *recv_wr,
+					       const struct ib_recv_wr **bad_recv_wr)
+{
+	return ib_post_srq_recv(srq, recv_wr, bad_recv_wr);
+}

@@ -85,6 +85,17 @@ fn drain<'a, Q: WorkQueue<'a>>(q: &mut Q) {
 
 fn drain_generic<'a, Q: WorkQueue<'a>>(q: &mut Q) {
     let qp = q.qp();
+    // The C drain would move the QP to the error state and then fail to post.
+    if q.is_shared() {
+        refuse(
+            qp,
+            format_args!(
+                "{} queue is an SRQ, drain the QP with ib_drain_qp()",
+                Q::NAME
+            ),
+        );
+        return;
+    }
     let Some(cq) = q.cq() else {
         refuse(qp, format_args!("no {} CQ, cannot drain", Q::NAME));
         return;

@@ -13,9 +13,9 @@
 //! an `OwnedQp` hands those out only from `&mut self`, so a second poster
 //! during a drain does not compile.
 
-use core::ptr::{null_mut, NonNull};
+use core::ptr::null_mut;
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, Ordering::SeqCst};
-use kernel::{bindings, error::to_result, prelude::*};
+use kernel::{bindings, error::to_result, kunit, prelude::*};
 
 /// Prefix of this object's messages (it is part of ib_core).
 const __LOG_PREFIX: &[u8] = b"ib_core\0";
@@ -409,23 +409,6 @@ impl Setup {
     }
 }
 
-/// Runs `f` with WARN backtraces suppressed; returns how many were raised.
-fn count_warnings(f: impl FnOnce()) -> i32 {
-    // SAFETY: KUnit tests run in the test's own task, which has a current test.
-    let test = unsafe { bindings::kunit_get_current_test() };
-    // SAFETY: `test` is the running test.
-    let w = unsafe { bindings::kunit_start_suppress_warning(test) };
-    let Some(w) = NonNull::new(w) else {
-        return -1;
-    };
-    f();
-    // SAFETY: `w` is the active suppression of this test.
-    let n = unsafe { bindings::kunit_suppressed_warning_count(w.as_ptr()) };
-    // SAFETY: As above; ends it.
-    unsafe { bindings::kunit_end_suppress_warning(test, w.as_ptr()) };
-    n
-}
-
 const SOFTIRQ: bindings::ib_poll_context = bindings::ib_poll_context_IB_POLL_SOFTIRQ;
 const DIRECT: bindings::ib_poll_context = bindings::ib_poll_context_IB_POLL_DIRECT;
 
@@ -489,8 +472,8 @@ mod tests {
         FAKE.modify_ret.store(-(bindings::EINVAL as i32), SeqCst);
         let qp = s.qp();
         // SAFETY: A valid fake QP; nothing else posts.
-        let warns = count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
-        assert_eq!(warns, 1);
+        let warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
+        assert_eq!(warns, Some(1));
         assert_eq!(FAKE.modify_calls.load(SeqCst), 1);
         assert_eq!(FAKE.post_recv_calls.load(SeqCst), 0);
         Ok(())
@@ -504,8 +487,8 @@ mod tests {
         // The post fails and the marker never completes: a drain that
         // waited anyway would hang here (and time the run out).
         // SAFETY: A valid fake QP; nothing else posts.
-        let warns = count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
-        assert_eq!(warns, 1);
+        let warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
+        assert_eq!(warns, Some(1));
         assert_eq!(FAKE.post_recv_calls.load(SeqCst), 1);
         Ok(())
     }
@@ -534,8 +517,8 @@ mod tests {
         FAKE.complete_on_poll.store(400, SeqCst);
         let qp = s.qp();
         // SAFETY: A valid fake QP; nothing else posts or polls.
-        let warns = count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
-        assert_eq!(warns, 1);
+        let warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
+        assert_eq!(warns, Some(1));
         assert_eq!(FAKE.polls.load(SeqCst), 400);
         assert!(FAKE.posted_cqe.load(SeqCst).is_null());
         Ok(())
@@ -547,8 +530,8 @@ mod tests {
         s.recv_cq.wc = null_mut();
         let qp = s.qp();
         // SAFETY: A valid fake QP; nothing else posts.
-        let warns = count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
-        assert_eq!(warns, 1);
+        let warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
+        assert_eq!(warns, Some(1));
         assert_eq!(FAKE.modify_calls.load(SeqCst), 0);
         assert_eq!(FAKE.post_recv_calls.load(SeqCst), 0);
         Ok(())
@@ -624,6 +607,21 @@ mod tests {
         assert_eq!(FAKE.post_recv_calls.load(SeqCst), 0);
         assert_eq!(FAKE.modify_calls.load(SeqCst), 2);
         assert!(FAKE.polls.load(SeqCst) >= 1);
+        Ok(())
+    }
+
+    /// `ib_drain_rq()` on a QP whose receives come from an SRQ has no queue
+    /// to post its marker on: refused before the QP changes state.
+    #[test]
+    fn drain_rq_of_a_qp_on_an_srq_is_refused() -> Result {
+        let mut s = Setup::new(SOFTIRQ)?;
+        s.qp.srq = &mut *s.srq;
+        let qp = s.qp();
+        // SAFETY: A valid fake QP; nothing else posts.
+        let warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
+        assert_eq!(warns, Some(1));
+        assert_eq!(FAKE.modify_calls.load(SeqCst), 0);
+        assert_eq!(FAKE.post_recv_calls.load(SeqCst), 0);
         Ok(())
     }
 }

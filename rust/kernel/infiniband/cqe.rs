@@ -125,6 +125,12 @@ impl<H: CompletionHandler> Cqe<H> {
     pub(crate) fn put_unposted(&self) {
         self.outstanding.fetch_sub(1, Ordering::Relaxed);
     }
+
+    /// Forgets the work requests still counted: their queue was destroyed
+    /// and its CQ freed, so they will never complete.
+    pub(crate) fn forget_outstanding(&self) {
+        self.outstanding.store(0, Ordering::Release);
+    }
 }
 
 #[pinned_drop]

@@ -15,6 +15,7 @@ mod device;
 mod marker;
 mod pd;
 mod qp;
+mod srq;
 
 pub use cq::{Cq, OwnedCq, PollContext};
 pub use cqe::{CompletionHandler, Cqe, WcStatus, WorkCompletion};
@@ -24,3 +25,4 @@ pub use pd::Pd;
 pub use qp::{
     drain_rq_concurrently, OwnedQp, Qp, QpConfig, RawQp, RecvQueue, SendQueue, WorkQueue,
 };
+pub use srq::OwnedSrq;

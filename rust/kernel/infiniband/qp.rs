@@ -4,7 +4,7 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
-use super::{CompletionHandler, Cq, Cqe, Device, DrainMarker, GidAttr, OwnedCq, Pd};
+use super::{CompletionHandler, Cq, Cqe, Device, DrainMarker, GidAttr, OwnedCq, OwnedSrq, Pd};
 use crate::{
     bindings,
     error::{from_err_ptr, to_result},
@@ -111,6 +111,12 @@ impl Qp {
         }
     }
 
+    /// Returns `true` once a QP on an SRQ has had its Last WQE Reached event.
+    pub fn last_wqe_reached(&self) -> bool {
+        // SAFETY: As for `wait_last_wqe_reached`.
+        unsafe { bindings::completion_done(&raw mut (*self.as_raw()).srq_completion) }
+    }
+
     /// Runs a provider's `drain_rq`/`drain_sq` op on this QP if it has one;
     /// returns `false` if not.
     ///
@@ -166,6 +172,12 @@ pub trait WorkQueue<'a> {
     /// Runs the provider's own drain for this queue; `false` if it has none.
     fn provider_drain(&mut self) -> bool;
 
+    /// Returns `true` if the QP takes this queue's work requests from a shared
+    /// queue: the QP then has no queue of its own to post a marker on.
+    fn is_shared(&self) -> bool {
+        false
+    }
+
     /// Posts `marker` behind all outstanding work requests.
     fn post_marker(&mut self, marker: Pin<&DrainMarker>) -> Result;
 
@@ -202,6 +214,11 @@ impl<'a> WorkQueue<'a> for RecvQueue<'a> {
     fn cq(&self) -> Option<&'a Cq> {
         // SAFETY: The QP is valid, and its CQ outlives it.
         unsafe { Cq::from_raw_opt((*self.qp.as_raw()).recv_cq) }
+    }
+
+    #[inline]
+    fn is_shared(&self) -> bool {
+        self.qp.has_srq()
     }
 
     fn provider_drain(&mut self) -> bool {
@@ -374,14 +391,16 @@ pub struct QpConfig {
 ///
 /// # Invariants
 ///
-/// `ptr` is a valid QP owned by this object, created on a PD and CQs that
-/// outlive `'a`, in which it reserved `send_depth + 1` and `recv_depth + 1`
-/// entries.
+/// `ptr` is a valid QP owned by this object, created on a PD, CQs and SRQ
+/// that outlive `'a`, in which it reserved `send_depth + 1` and
+/// `recv_reserved` entries (`recv_depth + 1`, or none on an SRQ, whose own
+/// reservation covers its receives).
 pub struct OwnedQp<'a> {
     ptr: NonNull<bindings::ib_qp>,
     send_cq: &'a OwnedCq<'a>,
     recv_cq: &'a OwnedCq<'a>,
     config: QpConfig,
+    recv_reserved: u32,
     in_reset: bool,
     _pd: PhantomData<&'a Pd<'a>>,
 }
@@ -402,10 +421,35 @@ impl<'a> OwnedQp<'a> {
         recv_cq: &'a OwnedCq<'a>,
         config: QpConfig,
     ) -> Result<Self> {
-        let send = config.send_depth.checked_add(1).ok_or(EINVAL)?;
         let recv = config.recv_depth.checked_add(1).ok_or(EINVAL)?;
+        Self::create(pd, send_cq, recv_cq, None, config, recv)
+    }
+
+    /// Creates an RC QP on `pd` that receives through `srq`, on the SRQ's CQ.
+    /// `config.recv_depth` must be 0.
+    pub fn create_rc_on_srq<H: CompletionHandler>(
+        pd: &'a Pd<'a>,
+        send_cq: &'a OwnedCq<'a>,
+        srq: &'a OwnedSrq<'a, H>,
+        config: QpConfig,
+    ) -> Result<Self> {
+        if config.recv_depth != 0 {
+            return Err(EINVAL);
+        }
+        Self::create(pd, send_cq, srq.cq(), Some(srq.as_raw()), config, 0)
+    }
+
+    fn create(
+        pd: &'a Pd<'a>,
+        send_cq: &'a OwnedCq<'a>,
+        recv_cq: &'a OwnedCq<'a>,
+        srq: Option<*mut bindings::ib_srq>,
+        config: QpConfig,
+        recv: u32,
+    ) -> Result<Self> {
+        let send = config.send_depth.checked_add(1).ok_or(EINVAL)?;
         if core::ptr::eq(send_cq, recv_cq) {
-            send_cq.reserve(send + recv)?;
+            send_cq.reserve(send.checked_add(recv).ok_or(EINVAL)?)?;
         } else {
             send_cq.reserve(send)?;
             if let Err(e) = recv_cq.reserve(recv) {
@@ -416,6 +460,7 @@ impl<'a> OwnedQp<'a> {
         let mut attr = bindings::ib_qp_init_attr {
             send_cq: send_cq.as_raw(),
             recv_cq: recv_cq.as_raw(),
+            srq: srq.unwrap_or(core::ptr::null_mut()),
             qp_type: bindings::ib_qp_type_IB_QPT_RC,
             sq_sig_type: bindings::ib_sig_type_IB_SIGNAL_REQ_WR,
             ..Default::default()
@@ -423,8 +468,8 @@ impl<'a> OwnedQp<'a> {
         attr.cap.max_send_wr = send;
         attr.cap.max_recv_wr = recv;
         attr.cap.max_send_sge = 1;
-        attr.cap.max_recv_sge = 1;
-        // SAFETY: `pd`, the CQs and `attr` are valid.
+        attr.cap.max_recv_sge = if srq.is_some() { 0 } else { 1 };
+        // SAFETY: `pd`, the CQs, the SRQ if any and `attr` are valid.
         let ptr = from_err_ptr(unsafe {
             bindings::ib_create_qp_kernel(
                 pd.as_raw(),
@@ -446,6 +491,7 @@ impl<'a> OwnedQp<'a> {
             send_cq,
             recv_cq,
             config,
+            recv_reserved: recv,
             in_reset: true,
             _pd: PhantomData,
         })
@@ -591,7 +637,7 @@ impl Drop for OwnedQp<'_> {
         // SAFETY: By the type invariant we own the QP.
         unsafe { bindings::ib_destroy_qp_user(self.ptr.as_ptr(), core::ptr::null_mut()) };
         self.send_cq.unreserve(self.config.send_depth + 1);
-        self.recv_cq.unreserve(self.config.recv_depth + 1);
+        self.recv_cq.unreserve(self.recv_reserved);
     }
 }
 
