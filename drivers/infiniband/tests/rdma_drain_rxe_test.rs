@@ -9,14 +9,14 @@
 
 use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use kernel::infiniband::{
-    drain_rq_concurrently, CompletionHandler, Cqe, DeviceRef, GidAttr, OwnedCq, OwnedQp, Pd,
-    PollContext, QpConfig, WcStatus, WorkCompletion,
+    drain_rq_concurrently, CompletionHandler, Cqe, DeviceRef, GidAttr, OwnedCq, OwnedQp, OwnedSrq,
+    Pd, PollContext, QpConfig, WcStatus, WorkCompletion,
 };
-use kernel::prelude::*;
 use kernel::sync::{Arc, Completion};
 use kernel::time::{delay::fsleep, Delta};
 use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
-use pin_init::stack_pin_init;
+use kernel::{kunit, prelude::*};
+use pin_init::{stack_pin_init, stack_try_pin_init};
 
 module! {
     type: RxeDrainTest,
@@ -203,6 +203,80 @@ fn live_traffic_case(ctx: PollContext, k: u32, r: u32) -> Result<((u32, u32, u32
     Ok((received.handler().counts(), received.outstanding()))
 }
 
+/// Waits, at most 5 s, until `cqe` has seen `n` successful completions.
+fn wait_for_successes(cqe: &Cqe<Counter>, n: u32) -> Result {
+    for _ in 0..5000 {
+        if cqe.handler().counts().0 >= n {
+            return Ok(());
+        }
+        fsleep(Delta::from_millis(1));
+    }
+    pr_err!("completions missing: {:?}\n", cqe.handler().counts());
+    Err(ETIMEDOUT)
+}
+
+/// What a QP on an SRQ showed when [`srq_case`] drained it.
+#[derive(Debug, PartialEq)]
+struct SrqDrain {
+    /// Warnings raised by `ib_drain_rq()` on it (refused).
+    refused_warnings: Option<u32>,
+    /// The SRQ's (received, flushed, other) counts when `ib_drain_qp()` returned.
+    counts: (u32, u32, u32),
+    /// Whether the QP's Last WQE Reached event had arrived by then.
+    last_wqe_reached: bool,
+    /// Receives still on the SRQ.
+    left_on_srq: usize,
+}
+
+/// A QP `b` on an SRQ of `r` receives, whose CQ is polled in `ctx`,
+/// connected to a plain QP `a`. `ib_drain_rq(b)` first: refused, and `b`
+/// stays usable. Then `a` sends `k` zero-length messages, and once they are
+/// acknowledged `ib_drain_qp(b)` takes the SRQ path.
+fn srq_case(ctx: PollContext, k: u32, r: u32) -> Result<SrqDrain> {
+    let dev = rxe()?;
+    let gid = GidAttr::find_ipv4(&dev, 1)?;
+    let pd = Pd::alloc(&dev)?;
+    let cq = OwnedCq::alloc(&dev, 2 * (k + 2), 0, PollContext::Softirq)?;
+    stack_pin_init!(let sent = Cqe::new(Counter::default()));
+    let srq_cq = OwnedCq::alloc(&dev, r, 0, ctx)?;
+    stack_try_pin_init!(let srq = OwnedSrq::new(&pd, srq_cq, r, Counter::default()));
+    let srq = srq?.into_ref();
+    let mut a = OwnedQp::create_rc(
+        &pd,
+        &cq,
+        &cq,
+        QpConfig {
+            send_depth: k,
+            recv_depth: 0,
+        },
+    )?;
+    let no_depth = QpConfig {
+        send_depth: 0,
+        recv_depth: 0,
+    };
+    let mut b = OwnedQp::create_rc_on_srq(&pd, &cq, &srq, no_depth)?;
+    a.init(1)?;
+    b.init(1)?;
+    for _ in 0..r {
+        srq.post()?;
+    }
+    let (qpn_a, qpn_b) = (a.qp_num(), b.qp_num());
+    a.connect(&gid, qpn_b)?;
+    b.connect(&gid, qpn_a)?;
+    let refused_warnings = kunit::count_warnings(|| b.drain_rq());
+    for _ in 0..k {
+        a.sq().post_send(sent.as_ref())?;
+    }
+    wait_for_successes(&sent, k)?;
+    b.drain();
+    Ok(SrqDrain {
+        refused_warnings,
+        counts: srq.handler().counts(),
+        last_wqe_reached: b.last_wqe_reached(),
+        left_on_srq: srq.outstanding(),
+    })
+}
+
 /// One drain case run by a worker of the unbound workqueue.
 #[pin_data]
 struct DrainJob {
@@ -382,6 +456,28 @@ mod tests {
         };
         let _qp = OwnedQp::create_rc(&pd, &cq, &cq, fits)?;
         assert_eq!(cq.available(), 0);
+        Ok(())
+    }
+
+    /// A QP on an SRQ, in every poll context: `ib_drain_rq()` is refused
+    /// before it touches the QP (8 sends still arrive afterwards), and
+    /// `ib_drain_qp()` returns after the Last WQE Reached event with the 8
+    /// receives consumed; the 24 unused ones stay on the SRQ.
+    #[test]
+    fn qp_on_an_srq_is_drained_by_drain_qp() -> Result {
+        for ctx in CONTEXTS {
+            let got = srq_case(ctx, 8, 32)?;
+            let want = SrqDrain {
+                refused_warnings: Some(1),
+                counts: (8, 0, 0),
+                last_wqe_reached: true,
+                left_on_srq: 24,
+            };
+            if got != want {
+                pr_err!("{ctx:?}: {got:?}\n");
+            }
+            assert_eq!(got, want);
+        }
         Ok(())
     }
 }
