@@ -11,6 +11,13 @@
 //! work queue have room for the marker, the CQ comes from `ib_alloc_cq()`, and
 //! nobody else posts during the drain. The last rule is why the drain takes the
 //! work queue's posting token by `&mut`.
+//!
+//! A full CQ drops completions, the marker's too (rxe raises a CQ error
+//! event): no drain can then finish, and returning would free the marker under
+//! the provider, so the drain reports itself stuck every few seconds and keeps
+//! waiting. Rust callers cannot get there: `kernel::infiniband::OwnedQp`
+//! reserves CQ room for its queues and their markers, and refuses posts beyond
+//! a queue's depth.
 
 use kernel::infiniband::{DrainMarker, PollContext, Qp, RawQp, RecvQueue, WorkQueue};
 use kernel::prelude::*;

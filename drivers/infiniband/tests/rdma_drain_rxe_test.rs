@@ -272,7 +272,7 @@ fn srq_case(ctx: PollContext, k: u32, r: u32) -> Result<SrqDrain> {
     Ok(SrqDrain {
         refused_warnings,
         counts: srq.handler().counts(),
-        last_wqe_reached: b.last_wqe_reached(),
+        last_wqe_reached: b.last_wqe_events() > 0,
         left_on_srq: srq.outstanding(),
     })
 }
@@ -478,6 +478,94 @@ mod tests {
             }
             assert_eq!(got, want);
         }
+        Ok(())
+    }
+}
+
+/// Faults on rxe that the drain, or the API, must turn into a clean outcome.
+/// (On the fake provider: `rdma_drain_unit_faults`.)
+#[kunit_tests(rdma_drain_rxe_faults)]
+mod fault_tests {
+    use super::*;
+
+    /// rxe refuses RESET -> ERR: the drain of a QP never taken to INIT warns
+    /// once and returns, with nothing posted.
+    #[test]
+    fn drain_of_a_qp_in_reset_warns_and_returns() -> Result {
+        let dev = rxe()?;
+        let pd = Pd::alloc(&dev)?;
+        let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Softirq)?;
+        let cfg = QpConfig {
+            send_depth: 2,
+            recv_depth: 2,
+        };
+        let mut qp = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
+        assert_eq!(kunit::count_warnings(|| qp.drain_rq()), Some(1));
+        assert_eq!(kunit::count_warnings(|| qp.drain_sq()), Some(1));
+        Ok(())
+    }
+
+    /// A full receive queue cannot happen through the API: the post after
+    /// `recv_depth` receives is refused, and the drain, whose marker has its
+    /// own slot, still consumes every receive without a warning.
+    #[test]
+    fn full_receive_queue_is_refused_and_the_drain_still_works() -> Result {
+        for ctx in CONTEXTS {
+            let dev = rxe()?;
+            let pd = Pd::alloc(&dev)?;
+            let cq = OwnedCq::alloc(&dev, 2 * (RQ_DEPTH + 1), 0, ctx)?;
+            stack_pin_init!(let cqe = Cqe::new(Counter::default()));
+            let cfg = QpConfig {
+                send_depth: 0,
+                recv_depth: RQ_DEPTH,
+            };
+            let mut qp = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
+            qp.init(1)?;
+            for _ in 0..RQ_DEPTH {
+                qp.rq().post(cqe.as_ref())?;
+            }
+            assert_eq!(qp.rq().post(cqe.as_ref()), Err(EBUSY));
+            assert_eq!(kunit::count_warnings(|| qp.drain_rq()), Some(0));
+            assert_eq!(cqe.handler().counts(), (0, RQ_DEPTH, 0));
+            assert_eq!(cqe.outstanding(), 0);
+            // Reaped receives free their slots: the queue takes posts again.
+            qp.reset()?;
+            qp.init(1)?;
+            qp.rq().post(cqe.as_ref())?;
+        }
+        Ok(())
+    }
+
+    /// The same for sends: sends to a peer without receives wait (RNR) and
+    /// fill the send queue; the next post is refused, and the drain flushes
+    /// them all.
+    #[test]
+    fn full_send_queue_is_refused_and_the_drain_still_works() -> Result {
+        let dev = rxe()?;
+        let gid = GidAttr::find_ipv4(&dev, 1)?;
+        let pd = Pd::alloc(&dev)?;
+        let cq = OwnedCq::alloc(&dev, 64, 0, PollContext::Softirq)?;
+        stack_pin_init!(let sent = Cqe::new(Counter::default()));
+        let cfg = QpConfig {
+            send_depth: 8,
+            recv_depth: 0,
+        };
+        let mut a = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
+        let mut b = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
+        a.init(1)?;
+        b.init(1)?;
+        let (qpn_a, qpn_b) = (a.qp_num(), b.qp_num());
+        a.connect(&gid, qpn_b)?;
+        b.connect(&gid, qpn_a)?;
+        for _ in 0..8 {
+            a.sq().post_send(sent.as_ref())?;
+        }
+        assert_eq!(a.sq().post_send(sent.as_ref()), Err(EBUSY));
+        assert_eq!(kunit::count_warnings(|| a.drain_sq()), Some(0));
+        let (ok, flushed, other) = sent.handler().counts();
+        assert_eq!(ok, 0);
+        assert_eq!(flushed + other, 8);
+        assert_eq!(sent.outstanding(), 0);
         Ok(())
     }
 }

@@ -121,6 +121,16 @@ impl<H: CompletionHandler> Cqe<H> {
         self.cqe.get()
     }
 
+    /// Like [`Cqe::get`], unless `max` work requests are outstanding already.
+    pub(crate) fn get_bounded(&self, max: usize) -> Option<*mut bindings::ib_cqe> {
+        self.outstanding
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| self.cqe.get())
+    }
+
     /// Undoes [`Cqe::get`] for a work request that was not posted.
     pub(crate) fn put_unposted(&self) {
         self.outstanding.fetch_sub(1, Ordering::Relaxed);

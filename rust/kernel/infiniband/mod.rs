@@ -15,6 +15,7 @@ mod device;
 mod marker;
 mod pd;
 mod qp;
+mod slots;
 mod srq;
 
 pub use cq::{Cq, OwnedCq, PollContext};

@@ -4,7 +4,9 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
-use super::{CompletionHandler, Cq, Cqe, Device, DrainMarker, GidAttr, OwnedCq, OwnedSrq, Pd};
+use super::{
+    slots::WrSlots, CompletionHandler, Cq, Cqe, Device, DrainMarker, GidAttr, OwnedCq, OwnedSrq, Pd,
+};
 use crate::{
     bindings,
     error::{from_err_ptr, to_result},
@@ -17,10 +19,11 @@ use crate::{
     workqueue::{self, Work, WorkItem},
 };
 use core::{
+    ffi::c_void,
     marker::PhantomData,
     ops::Deref,
     ptr::NonNull,
-    sync::atomic::{AtomicUsize, Ordering},
+    sync::atomic::{AtomicU32, AtomicUsize, Ordering},
 };
 
 /// The C `struct ib_qp`, for `extern "C"` entry points that receive one.
@@ -111,12 +114,6 @@ impl Qp {
         }
     }
 
-    /// Returns `true` once a QP on an SRQ has had its Last WQE Reached event.
-    pub fn last_wqe_reached(&self) -> bool {
-        // SAFETY: As for `wait_last_wqe_reached`.
-        unsafe { bindings::completion_done(&raw mut (*self.as_raw()).srq_completion) }
-    }
-
     /// Runs a provider's `drain_rq`/`drain_sq` op on this QP if it has one;
     /// returns `false` if not.
     ///
@@ -143,7 +140,10 @@ impl Qp {
     /// on this QP.
     pub unsafe fn recv_queue(&self) -> RecvQueue<'_> {
         // INVARIANT: The caller guarantees exclusive posting.
-        RecvQueue { qp: self }
+        RecvQueue {
+            qp: self,
+            slots: None,
+        }
     }
 
     /// Returns the send queue's posting token.
@@ -154,7 +154,10 @@ impl Qp {
     /// this QP.
     pub unsafe fn send_queue(&self) -> SendQueue<'_> {
         // INVARIANT: The caller guarantees exclusive posting.
-        SendQueue { qp: self }
+        SendQueue {
+            qp: self,
+            slots: None,
+        }
     }
 }
 
@@ -198,8 +201,10 @@ pub trait WorkQueue<'a> {
 /// # Invariants
 ///
 /// While a `RecvQueue` exists, no other context posts receives on `qp`.
+/// `slots`, if any, bound the receives outstanding on `qp`.
 pub struct RecvQueue<'a> {
     qp: &'a Qp,
+    slots: Option<&'a WrSlots>,
 }
 
 impl<'a> WorkQueue<'a> for RecvQueue<'a> {
@@ -274,8 +279,10 @@ impl<'a> RecvQueue<'a> {
 /// # Invariants
 ///
 /// While a `SendQueue` exists, no other context posts sends on `qp`.
+/// `slots`, if any, bound the sends outstanding on `qp`.
 pub struct SendQueue<'a> {
     qp: &'a Qp,
+    slots: Option<&'a WrSlots>,
 }
 
 impl<'a> WorkQueue<'a> for SendQueue<'a> {
@@ -327,27 +334,64 @@ impl RecvQueue<'_> {
 
     /// Posts a receive work request without buffers, whose completion runs
     /// `cqe`'s handler. It matches a zero-length send, or is flushed.
+    ///
+    /// On an [`OwnedQp`], fails with `EBUSY` while the queue holds as many
+    /// receives as its depth.
     pub fn post<H: CompletionHandler>(&mut self, cqe: Pin<&Cqe<H>>) -> Result {
         let mut wr = bindings::ib_recv_wr::default();
-        wr.__bindgen_anon_1.wr_cqe = cqe.get();
+        let wr_cqe = take_slot(self.slots, &cqe)?;
+        wr.__bindgen_anon_1.wr_cqe = wr_cqe;
         // SAFETY: The QP and `wr` are valid. `cqe` is pinned and waits in its
-        // drop for every completion counted by `get()`. By the type invariant
-        // nobody else posts receives now.
+        // drop for every completion counted by `get()`; a slot waits for its
+        // completion too. By the type invariant nobody else posts receives now.
         let ret = to_result(unsafe {
             bindings::ib_post_recv(self.qp.as_raw(), &wr, core::ptr::null_mut())
         });
         if ret.is_err() {
-            cqe.put_unposted();
+            put_unposted(self.slots, &cqe, wr_cqe);
         }
         ret
     }
 }
 
+/// Counts a work request posted with `cqe` and, on a bounded queue, takes a
+/// slot for it; returns the `ib_cqe` to post.
+fn take_slot<H: CompletionHandler>(
+    slots: Option<&WrSlots>,
+    cqe: &Cqe<H>,
+) -> Result<*mut bindings::ib_cqe> {
+    let target = cqe.get();
+    match slots.map(|s| s.take(target)) {
+        None => Ok(target),
+        Some(Ok(slot)) => Ok(slot),
+        Some(Err(e)) => {
+            cqe.put_unposted();
+            Err(e)
+        }
+    }
+}
+
+/// Undoes [`take_slot`] for a work request that was not posted.
+fn put_unposted<H: CompletionHandler>(
+    slots: Option<&WrSlots>,
+    cqe: &Cqe<H>,
+    wr_cqe: *mut bindings::ib_cqe,
+) {
+    if let Some(s) = slots {
+        s.put_unposted(wr_cqe);
+    }
+    cqe.put_unposted();
+}
+
 impl SendQueue<'_> {
     /// Posts a signaled zero-length SEND, whose completion runs `cqe`'s handler.
+    ///
+    /// On an [`OwnedQp`], fails with `EBUSY` while the queue holds as many
+    /// sends as its depth.
     pub fn post_send<H: CompletionHandler>(&mut self, cqe: Pin<&Cqe<H>>) -> Result {
         let mut wr = bindings::ib_send_wr::default();
-        wr.__bindgen_anon_1.wr_cqe = cqe.get();
+        let wr_cqe = take_slot(self.slots, &cqe)?;
+        wr.__bindgen_anon_1.wr_cqe = wr_cqe;
         wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
         wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED;
         // SAFETY: As for `RecvQueue::post`, for the send queue.
@@ -355,7 +399,7 @@ impl SendQueue<'_> {
             bindings::ib_post_send(self.qp.as_raw(), &wr, core::ptr::null_mut())
         });
         if ret.is_err() {
-            cqe.put_unposted();
+            put_unposted(self.slots, &cqe, wr_cqe);
         }
         ret
     }
@@ -402,6 +446,14 @@ pub struct OwnedQp<'a> {
     config: QpConfig,
     recv_reserved: u32,
     in_reset: bool,
+    /// Work requests may be outstanding on the queue: posted since its last drain.
+    sq_posted: bool,
+    rq_posted: bool,
+    /// One slot per work request each queue may hold (none for an SRQ's).
+    sq_slots: KBox<WrSlots>,
+    rq_slots: KBox<WrSlots>,
+    /// The QP's asynchronous events seen so far (its `qp_context`).
+    events: KBox<QpEvents>,
     _pd: PhantomData<&'a Pd<'a>>,
 }
 
@@ -448,6 +500,9 @@ impl<'a> OwnedQp<'a> {
         recv: u32,
     ) -> Result<Self> {
         let send = config.send_depth.checked_add(1).ok_or(EINVAL)?;
+        let sq_slots = WrSlots::new(config.send_depth)?;
+        let rq_slots = WrSlots::new(recv.saturating_sub(1))?;
+        let events = KBox::new(QpEvents::default(), GFP_KERNEL)?;
         if core::ptr::eq(send_cq, recv_cq) {
             send_cq.reserve(send.checked_add(recv).ok_or(EINVAL)?)?;
         } else {
@@ -461,6 +516,8 @@ impl<'a> OwnedQp<'a> {
             send_cq: send_cq.as_raw(),
             recv_cq: recv_cq.as_raw(),
             srq: srq.unwrap_or(core::ptr::null_mut()),
+            event_handler: Some(QpEvents::handle),
+            qp_context: (&raw const *events).cast_mut().cast(),
             qp_type: bindings::ib_qp_type_IB_QPT_RC,
             sq_sig_type: bindings::ib_sig_type_IB_SIGNAL_REQ_WR,
             ..Default::default()
@@ -493,8 +550,19 @@ impl<'a> OwnedQp<'a> {
             config,
             recv_reserved: recv,
             in_reset: true,
+            sq_posted: false,
+            rq_posted: false,
+            sq_slots,
+            rq_slots,
+            events,
             _pd: PhantomData,
         })
+    }
+
+    /// Returns how many Last WQE Reached events the QP has had: a QP on an
+    /// SRQ has one when it enters the error state.
+    pub fn last_wqe_events(&self) -> u32 {
+        self.events.last_wqe.load(Ordering::Relaxed)
     }
 
     /// Returns the queue depths the QP was created with.
@@ -574,16 +642,55 @@ impl<'a> OwnedQp<'a> {
         to_result(unsafe { bindings::ib_modify_qp(self.as_raw(), &mut attr, mask as i32) })
     }
 
+    /// Returns the QP to RESET, for reuse with [`OwnedQp::init`]. A queue
+    /// posted on since its last drain is drained first: RESET discards work
+    /// requests without completing them, and their `Cqe` would wait forever.
+    pub fn reset(&mut self) -> Result {
+        if self.in_reset {
+            return Ok(());
+        }
+        match (self.sq_posted, self.rq_posted) {
+            (true, true) => self.drain(),
+            (true, false) => self.drain_sq(),
+            (false, true) => self.drain_rq(),
+            (false, false) => {}
+        }
+        let mut attr = bindings::ib_qp_attr {
+            qp_state: bindings::ib_qp_state_IB_QPS_RESET,
+            ..Default::default()
+        };
+        // SAFETY: The QP and `attr` are valid; `&mut self` excludes concurrent
+        // state changes and posts through this handle.
+        to_result(unsafe {
+            bindings::ib_modify_qp(
+                self.as_raw(),
+                &mut attr,
+                bindings::ib_qp_attr_mask_IB_QP_STATE as i32,
+            )
+        })?;
+        self.in_reset = true;
+        Ok(())
+    }
+
     /// Returns the receive queue's posting token.
     pub fn rq(&mut self) -> RecvQueue<'_> {
-        // SAFETY: `&mut self` excludes every other poster on this QP.
-        unsafe { self.recv_queue() }
+        self.rq_posted = true;
+        // INVARIANT: `&mut self` excludes every other poster on this QP; the
+        // slots are the receive queue's.
+        RecvQueue {
+            qp: self,
+            slots: Some(&self.rq_slots),
+        }
     }
 
     /// Returns the send queue's posting token.
     pub fn sq(&mut self) -> SendQueue<'_> {
-        // SAFETY: As for `rq`.
-        unsafe { self.send_queue() }
+        self.sq_posted = true;
+        // INVARIANT: As for `rq`, for the send queue.
+        SendQueue {
+            qp: self,
+            slots: Some(&self.sq_slots),
+        }
     }
 
     /// Blocks until every receive completion has been consumed
@@ -591,6 +698,7 @@ impl<'a> OwnedQp<'a> {
     pub fn drain_rq(&mut self) {
         // SAFETY: The QP is valid, and `&mut self` excludes other posters.
         unsafe { bindings::ib_drain_rq(self.as_raw()) }
+        self.rq_posted = false;
     }
 
     /// Drains the receive queue with the C drain that the Rust one replaced
@@ -608,12 +716,15 @@ impl<'a> OwnedQp<'a> {
     pub fn drain_sq(&mut self) {
         // SAFETY: As for `drain_rq`.
         unsafe { bindings::ib_drain_sq(self.as_raw()) }
+        self.sq_posted = false;
     }
 
     /// Blocks until every completion has been consumed (`ib_drain_qp()`).
     pub fn drain(&mut self) {
         // SAFETY: As for `drain_rq`.
         unsafe { bindings::ib_drain_qp(self.as_raw()) }
+        self.sq_posted = false;
+        self.rq_posted = false;
     }
 }
 
@@ -638,6 +749,28 @@ impl Drop for OwnedQp<'_> {
         unsafe { bindings::ib_destroy_qp_user(self.ptr.as_ptr(), core::ptr::null_mut()) };
         self.send_cq.unreserve(self.config.send_depth + 1);
         self.recv_cq.unreserve(self.recv_reserved);
+    }
+}
+
+/// Counts a QP's asynchronous events; the QP's `qp_context` points to it.
+#[derive(Default)]
+struct QpEvents {
+    last_wqe: AtomicU32,
+}
+
+impl QpEvents {
+    /// The QP's event handler, called by the core after its own.
+    ///
+    /// # Safety
+    ///
+    /// `event` must be valid and `context` must point to a live `QpEvents`.
+    unsafe extern "C" fn handle(event: *mut bindings::ib_event, context: *mut c_void) {
+        // SAFETY: The caller guarantees both; an `OwnedQp` frees its
+        // `QpEvents` only after destroying the QP.
+        let (event, this) = unsafe { ((*event).event, &*context.cast::<QpEvents>()) };
+        if event == bindings::ib_event_type_IB_EVENT_QP_LAST_WQE_REACHED {
+            this.last_wqe.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -683,6 +816,9 @@ pub fn drain_rq_concurrently(qps: &mut [OwnedQp<'_>]) -> Result {
     // that `qps` borrows: return only after every queued one has run.
     countdown.count_down(n - queued);
     countdown.zero.wait_for_completion();
+    for qp in qps.iter_mut().take(queued) {
+        qp.rq_posted = false;
+    }
     result
 }
 

@@ -118,10 +118,12 @@ impl<'a, H: CompletionHandler> OwnedSrq<'a, H> {
     }
 
     /// Posts a receive work request without buffers; it matches a
-    /// zero-length send on any QP of the SRQ.
+    /// zero-length send on any QP of the SRQ. Fails with `EBUSY` while the
+    /// SRQ holds `depth` receives, so the CQ never overflows.
     pub fn post(self: Pin<&Self>) -> Result {
         let mut wr = bindings::ib_recv_wr::default();
-        wr.__bindgen_anon_1.wr_cqe = self.cqe.get();
+        let depth = usize::try_from(self.depth)?;
+        wr.__bindgen_anon_1.wr_cqe = self.cqe.get_bounded(depth).ok_or(EBUSY)?;
         // SAFETY: The SRQ and `wr` are valid. The `Cqe` is pinned with `self`,
         // and outlives every completion of the SRQ (see `PinnedDrop`).
         let ret = to_result(unsafe {

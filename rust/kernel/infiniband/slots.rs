@@ -1,0 +1,165 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Bounded posting: one slot per work request a queue may have outstanding.
+//!
+//! A work request posted through an [`OwnedQp`](super::OwnedQp) points at a
+//! slot of its queue, which forwards the completion to the caller's
+//! [`Cqe`](super::Cqe) and then frees the slot. A queue with no free slot
+//! refuses the post, so it never holds more than its depth and its CQ never
+//! more than the QP reserved there: the drain marker always finds room in
+//! both. (A full CQ drops completions, the marker's too, and the drain could
+//! never finish.)
+
+use crate::{
+    bindings, container_of,
+    prelude::*,
+    time::{delay::fsleep, Delta},
+    types::Opaque,
+};
+use core::{
+    ptr::null_mut,
+    sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering},
+};
+
+/// The trampoline of one posted work request.
+///
+/// # Invariants
+///
+/// `cqe.done` is [`Slot::forward`]; `owner` points to the [`WrSlots`] that
+/// holds this slot.
+struct Slot {
+    cqe: Opaque<bindings::ib_cqe>,
+    /// The caller's `ib_cqe` while a work request uses the slot, else null.
+    target: AtomicPtr<bindings::ib_cqe>,
+    owner: *const WrSlots,
+}
+
+impl Slot {
+    /// Passes a completion on to the caller's entry, then frees the slot.
+    ///
+    /// # Safety
+    ///
+    /// `wc` must be a valid work completion whose `wr_cqe` is the `cqe` of a
+    /// slot in use.
+    unsafe extern "C" fn forward(cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
+        // SAFETY: The caller guarantees that `wc` is valid.
+        let cqe = unsafe { (*wc).__bindgen_anon_1.wr_cqe };
+        // SAFETY: `cqe` is the `cqe` field of a live slot (`Opaque<T>` is a
+        // transparent wrapper of `T`): its owner waits until it is free.
+        let slot = unsafe { &*container_of!(cqe.cast::<Opaque<bindings::ib_cqe>>(), Slot, cqe) };
+        let target = slot.target.load(Ordering::Acquire);
+        // SAFETY: `wc` is valid and ours while this runs; `target` is the entry
+        // the work request was posted with, live until its completion ran.
+        unsafe {
+            (*wc).__bindgen_anon_1.wr_cqe = target;
+            if let Some(done) = (*target).done {
+                done(cq, wc);
+            }
+        }
+        let owner = slot.owner;
+        slot.target.store(null_mut(), Ordering::Release);
+        // SAFETY: By the type invariant `owner` holds the slot; it waits for
+        // `in_use` to drop to zero before it frees them, and this is the last
+        // access to either.
+        unsafe { (*owner).in_use.fetch_sub(1, Ordering::Release) };
+    }
+}
+
+/// The slots of one work queue.
+///
+/// # Invariants
+///
+/// `in_use` counts the slots whose `target` is not null; `slots` never
+/// grows after [`WrSlots::new`], so the slots never move.
+pub(crate) struct WrSlots {
+    slots: KVec<Slot>,
+    in_use: AtomicU32,
+    next: AtomicUsize,
+}
+
+// SAFETY: The slots are atomics and C entries that the provider reads; the
+// owner pointers point to the `WrSlots` itself, which is boxed.
+unsafe impl Send for WrSlots {}
+
+// SAFETY: See `Send`; taking and freeing slots is atomic.
+unsafe impl Sync for WrSlots {}
+
+impl WrSlots {
+    /// Allocates `n` free slots.
+    pub(crate) fn new(n: u32) -> Result<KBox<Self>> {
+        let n = usize::try_from(n)?;
+        let mut this = KBox::new(
+            WrSlots {
+                slots: KVec::with_capacity(n, GFP_KERNEL)?,
+                in_use: AtomicU32::new(0),
+                next: AtomicUsize::new(0),
+            },
+            GFP_KERNEL,
+        )?;
+        let owner: *const WrSlots = &*this;
+        for _ in 0..n {
+            // INVARIANT: `forward` and the box that holds the slots; `with_capacity`
+            // made room for all of them, so none moves.
+            this.slots.push(
+                Slot {
+                    cqe: Opaque::new(bindings::ib_cqe {
+                        done: Some(Slot::forward),
+                    }),
+                    target: AtomicPtr::new(null_mut()),
+                    owner,
+                },
+                GFP_KERNEL,
+            )?;
+        }
+        Ok(this)
+    }
+
+    /// Takes a free slot for a work request posted with `target`; returns the
+    /// `ib_cqe` to post instead, or `EBUSY` if the queue is full.
+    pub(crate) fn take(&self, target: *mut bindings::ib_cqe) -> Result<*mut bindings::ib_cqe> {
+        let n = self.slots.len();
+        let start = self.next.load(Ordering::Relaxed);
+        for i in 0..n {
+            let k = (start + i) % n;
+            let slot = &self.slots[k];
+            if slot
+                .target
+                .compare_exchange(null_mut(), target, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                // INVARIANT: Counted as soon as taken.
+                self.in_use.fetch_add(1, Ordering::Relaxed);
+                self.next.store(k + 1, Ordering::Relaxed);
+                return Ok(slot.cqe.get());
+            }
+        }
+        Err(EBUSY)
+    }
+
+    /// Frees the slot of a work request that was not posted.
+    pub(crate) fn put_unposted(&self, cqe: *mut bindings::ib_cqe) {
+        if let Some(slot) = self.slots.iter().find(|s| s.cqe.get() == cqe) {
+            slot.target.store(null_mut(), Ordering::Release);
+            // INVARIANT: Uncounted as it is freed.
+            self.in_use.fetch_sub(1, Ordering::Release);
+        }
+    }
+}
+
+impl Drop for WrSlots {
+    fn drop(&mut self) {
+        // The QP was drained and destroyed, so every completion was reaped;
+        // a poller on another CPU may still be inside `forward`.
+        let mut waited_ms = 0u32;
+        while self.in_use.load(Ordering::Acquire) != 0 {
+            fsleep(Delta::from_millis(1));
+            waited_ms += 1;
+            if waited_ms % 10_000 == 0 {
+                pr_warn!(
+                    "RDMA work queue freed with {} work requests outstanding, waiting\n",
+                    self.in_use.load(Ordering::Relaxed)
+                );
+            }
+        }
+    }
+}
