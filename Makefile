@@ -36,7 +36,7 @@ test: build
 test-debug:
 	@scripts/build.sh debug
 	@scripts/initramfs.sh debug
-	@BOOT_TIMEOUT=$${BOOT_TIMEOUT:-1200} KERNEL_ARGS="kunit.filter_glob=rdma_drain*" \
+	@BOOT_TIMEOUT=$${BOOT_TIMEOUT:-1200} KERNEL_ARGS="kunit.filter_glob=rdma_drain* rust_drain_stress_cycles=$${STRESS_CYCLES:-100}" \
 		scripts/run-tests.sh debug test
 
 bench:

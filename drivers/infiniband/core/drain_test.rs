@@ -467,33 +467,6 @@ mod tests {
     }
 
     #[test]
-    fn failed_modify_warns_once_and_posts_nothing() -> Result {
-        let mut s = Setup::new(SOFTIRQ)?;
-        FAKE.modify_ret.store(-(bindings::EINVAL as i32), SeqCst);
-        let qp = s.qp();
-        // SAFETY: A valid fake QP; nothing else posts.
-        let warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
-        assert_eq!(warns, Some(1));
-        assert_eq!(FAKE.modify_calls.load(SeqCst), 1);
-        assert_eq!(FAKE.post_recv_calls.load(SeqCst), 0);
-        Ok(())
-    }
-
-    #[test]
-    fn failed_post_warns_once_and_does_not_wait() -> Result {
-        let mut s = Setup::new(SOFTIRQ)?;
-        FAKE.post_ret.store(-(bindings::ENOMEM as i32), SeqCst);
-        let qp = s.qp();
-        // The post fails and the marker never completes: a drain that
-        // waited anyway would hang here (and time the run out).
-        // SAFETY: A valid fake QP; nothing else posts.
-        let warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
-        assert_eq!(warns, Some(1));
-        assert_eq!(FAKE.post_recv_calls.load(SeqCst), 1);
-        Ok(())
-    }
-
-    #[test]
     fn direct_cq_is_polled_until_the_marker_is_reaped() -> Result {
         let mut s = Setup::new(DIRECT)?;
         FAKE.complete_on_post.store(false, SeqCst);
@@ -503,37 +476,6 @@ mod tests {
         // Reaped on the third poll, and no poll after it.
         assert_eq!(FAKE.polls.load(SeqCst), 3);
         assert!(FAKE.posted_cqe.load(SeqCst).is_null());
-        Ok(())
-    }
-
-    /// A marker reaped only after ~6 s: the stuck-drain report fires once
-    /// (one WARN; its message names the QP) and the drain still returns
-    /// only after the marker completed.
-    #[test]
-    fn stuck_drain_warns_and_keeps_waiting() -> Result {
-        let mut s = Setup::new(DIRECT)?;
-        FAKE.complete_on_post.store(false, SeqCst);
-        // Back-off 16 us doubling to 16 ms: poll 400 comes after ~6 s.
-        FAKE.complete_on_poll.store(400, SeqCst);
-        let qp = s.qp();
-        // SAFETY: A valid fake QP; nothing else posts or polls.
-        let warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
-        assert_eq!(warns, Some(1));
-        assert_eq!(FAKE.polls.load(SeqCst), 400);
-        assert!(FAKE.posted_cqe.load(SeqCst).is_null());
-        Ok(())
-    }
-
-    #[test]
-    fn cq_not_from_ib_alloc_cq_is_refused_before_posting() -> Result {
-        let mut s = Setup::new(SOFTIRQ)?;
-        s.recv_cq.wc = null_mut();
-        let qp = s.qp();
-        // SAFETY: A valid fake QP; nothing else posts.
-        let warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
-        assert_eq!(warns, Some(1));
-        assert_eq!(FAKE.modify_calls.load(SeqCst), 0);
-        assert_eq!(FAKE.post_recv_calls.load(SeqCst), 0);
         Ok(())
     }
 
@@ -607,6 +549,71 @@ mod tests {
         assert_eq!(FAKE.post_recv_calls.load(SeqCst), 0);
         assert_eq!(FAKE.modify_calls.load(SeqCst), 2);
         assert!(FAKE.polls.load(SeqCst) >= 1);
+        Ok(())
+    }
+}
+
+/// Faults of the provider or the caller, each with its documented outcome:
+/// a WARN and a clean return, or a report and a wait that still ends.
+#[kunit_tests(rdma_drain_unit_faults)]
+mod fault_tests {
+    use super::*;
+
+    #[test]
+    fn failed_modify_warns_once_and_posts_nothing() -> Result {
+        let mut s = Setup::new(SOFTIRQ)?;
+        FAKE.modify_ret.store(-(bindings::EINVAL as i32), SeqCst);
+        let qp = s.qp();
+        // SAFETY: A valid fake QP; nothing else posts.
+        let warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
+        assert_eq!(warns, Some(1));
+        assert_eq!(FAKE.modify_calls.load(SeqCst), 1);
+        assert_eq!(FAKE.post_recv_calls.load(SeqCst), 0);
+        Ok(())
+    }
+
+    #[test]
+    fn failed_post_warns_once_and_does_not_wait() -> Result {
+        let mut s = Setup::new(SOFTIRQ)?;
+        FAKE.post_ret.store(-(bindings::ENOMEM as i32), SeqCst);
+        let qp = s.qp();
+        // The post fails and the marker never completes: a drain that
+        // waited anyway would hang here (and time the run out).
+        // SAFETY: A valid fake QP; nothing else posts.
+        let warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
+        assert_eq!(warns, Some(1));
+        assert_eq!(FAKE.post_recv_calls.load(SeqCst), 1);
+        Ok(())
+    }
+
+    /// A marker reaped only after ~6 s: the stuck-drain report fires once
+    /// (one WARN; its message names the QP) and the drain still returns
+    /// only after the marker completed.
+    #[test]
+    fn stuck_drain_warns_and_keeps_waiting() -> Result {
+        let mut s = Setup::new(DIRECT)?;
+        FAKE.complete_on_post.store(false, SeqCst);
+        // Back-off 16 us doubling to 16 ms: poll 400 comes after ~6 s.
+        FAKE.complete_on_poll.store(400, SeqCst);
+        let qp = s.qp();
+        // SAFETY: A valid fake QP; nothing else posts or polls.
+        let warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
+        assert_eq!(warns, Some(1));
+        assert_eq!(FAKE.polls.load(SeqCst), 400);
+        assert!(FAKE.posted_cqe.load(SeqCst).is_null());
+        Ok(())
+    }
+
+    #[test]
+    fn cq_not_from_ib_alloc_cq_is_refused_before_posting() -> Result {
+        let mut s = Setup::new(SOFTIRQ)?;
+        s.recv_cq.wc = null_mut();
+        let qp = s.qp();
+        // SAFETY: A valid fake QP; nothing else posts.
+        let warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
+        assert_eq!(warns, Some(1));
+        assert_eq!(FAKE.modify_calls.load(SeqCst), 0);
+        assert_eq!(FAKE.post_recv_calls.load(SeqCst), 0);
         Ok(())
     }
 

@@ -222,7 +222,7 @@ struct SrqDrain {
     refused_warnings: Option<u32>,
     /// The SRQ's (received, flushed, other) counts when `ib_drain_qp()` returned.
     counts: (u32, u32, u32),
-    /// Whether the QP's Last WQE Reached event had arrived by then.
+    /// Whether the QP had had its Last WQE Reached event by then.
     last_wqe_reached: bool,
     /// Receives still on the SRQ.
     left_on_srq: usize,

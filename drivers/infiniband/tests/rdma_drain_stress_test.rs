@@ -1,0 +1,343 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Drain stress on rxe: 64 QPs in 32 connected pairs, spread over the four
+//! poll contexts, re-armed and drained `cycles` times each by 8 workers at
+//! once, with random receive depths and live sends in both directions.
+//!
+//! Every completion is accounted for in every cycle: each receive was
+//! received or flushed, each send succeeded, was flushed or failed, and
+//! nothing is outstanding once both QPs of a pair are drained.
+
+use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use kernel::infiniband::{
+    CompletionHandler, Cqe, DeviceRef, GidAttr, OwnedCq, OwnedQp, Pd, PollContext, QpConfig,
+    WcStatus, WorkCompletion,
+};
+use kernel::prelude::*;
+use kernel::sync::{Arc, Completion};
+use kernel::time::{delay::fsleep, Delta};
+use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
+
+module! {
+    type: StressTest,
+    name: "rdma_drain_stress_test",
+    authors: ["Rust RDMA drain project"],
+    description: "ib_drain_qp stress on rxe",
+    license: "GPL",
+    params: {
+        cycles: u32 {
+            default: 1000,
+            description: "Drain cycles per QP",
+        },
+    },
+}
+
+struct StressTest;
+
+impl kernel::Module for StressTest {
+    fn init(_module: &'static ThisModule) -> Result<Self> {
+        Ok(StressTest)
+    }
+}
+
+const CONTEXTS: [PollContext; 4] = [
+    PollContext::Direct,
+    PollContext::Softirq,
+    PollContext::Workqueue,
+    PollContext::UnboundWorkqueue,
+];
+
+/// Workers, each with one pair of QPs per poll context: 8 x 4 x 2 = 64 QPs.
+const WORKERS: u32 = 8;
+
+/// Receive and send depth of every QP; a cycle posts 0..=DEPTH receives.
+const DEPTH: u32 = 32;
+
+/// How long a round waits for all its workers before it fails.
+const WATCHDOG_MS: u32 = 240_000;
+
+/// Counts completions by status.
+#[derive(Default)]
+struct Counter {
+    success: AtomicU32,
+    flushed: AtomicU32,
+    other: AtomicU32,
+}
+
+impl CompletionHandler for Counter {
+    fn done(&self, wc: &WorkCompletion) {
+        let c = match wc.status() {
+            WcStatus::Success => &self.success,
+            WcStatus::FlushError => &self.flushed,
+            WcStatus::Other(_) => &self.other,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Counter {
+    fn counts(&self) -> [u32; 3] {
+        [
+            self.success.load(Ordering::Relaxed),
+            self.flushed.load(Ordering::Relaxed),
+            self.other.load(Ordering::Relaxed),
+        ]
+    }
+}
+
+/// xorshift32: reproducible random depths, seeded per worker.
+struct Rng(u32);
+
+impl Rng {
+    fn below(&mut self, n: u32) -> u32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 17;
+        self.0 ^= self.0 << 5;
+        self.0 % n
+    }
+}
+
+/// Totals of one worker, for the report.
+#[derive(Default)]
+struct Totals {
+    drains: u32,
+    receives: u32,
+    received: u32,
+    sends: u32,
+    sends_failed: u32,
+}
+
+/// The two QPs of a pair, their CQ's poll context, and their completions.
+struct Pair<'a> {
+    ctx: PollContext,
+    qps: [OwnedQp<'a>; 2],
+    recv: Pin<&'a Cqe<Counter>>,
+    send: Pin<&'a Cqe<Counter>>,
+}
+
+/// One cycle of a pair: re-arm both QPs, post random receives, connect, send
+/// at most as many as the peer can receive, drain both in random order, and
+/// check that every work request of the cycle completed, once.
+fn cycle(p: &mut Pair<'_>, gid: &GidAttr, rng: &mut Rng, t: &mut Totals) -> Result {
+    let (recv0, send0) = (p.recv.handler().counts(), p.send.handler().counts());
+    let mut receives = [0; 2];
+    for (qp, r) in p.qps.iter_mut().zip(receives.iter_mut()) {
+        qp.reset()?;
+        qp.init(1)?;
+        *r = rng.below(DEPTH + 1);
+        for _ in 0..*r {
+            qp.rq().post(p.recv)?;
+        }
+    }
+    let qpn = [p.qps[0].qp_num(), p.qps[1].qp_num()];
+    p.qps[0].connect(gid, qpn[1])?;
+    p.qps[1].connect(gid, qpn[0])?;
+    let mut sends = 0;
+    for (i, qp) in p.qps.iter_mut().enumerate() {
+        for _ in 0..rng.below(receives[1 - i] + 1) {
+            qp.sq().post_send(p.send)?;
+            sends += 1;
+        }
+    }
+    if rng.below(2) == 0 {
+        fsleep(Delta::from_micros(i64::from(rng.below(200))));
+    }
+    let first = rng.below(2) as usize;
+    p.qps[first].drain();
+    p.qps[1 - first].drain();
+
+    let (recv1, send1) = (p.recv.handler().counts(), p.send.handler().counts());
+    let delta = |a: [u32; 3], b: [u32; 3]| [b[0] - a[0], b[1] - a[1], b[2] - a[2]];
+    let (r, s) = (delta(recv0, recv1), delta(send0, send1));
+    let posted = receives[0] + receives[1];
+    let ok = r[0] + r[1] == posted
+        && r[2] == 0
+        && r[0] <= sends
+        && s[0] + s[1] + s[2] == sends
+        && p.recv.outstanding() == 0
+        && p.send.outstanding() == 0;
+    if !ok {
+        pr_err!(
+            "{:?}: {posted} receives, {sends} sends: receives (ok, flushed, other) {r:?}, sends {s:?}, outstanding {} + {}\n",
+            p.ctx,
+            p.recv.outstanding(),
+            p.send.outstanding()
+        );
+        return Err(EBADE);
+    }
+    t.drains += 4;
+    t.receives += posted;
+    t.received += r[0];
+    t.sends += sends;
+    t.sends_failed += s[2];
+    Ok(())
+}
+
+/// One worker: a pair of QPs per poll context, `cycles` cycles each.
+fn run_worker(index: u32, cycles: u32) -> Result<Totals> {
+    let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+    let gid = GidAttr::find_ipv4(&dev, 1)?;
+    let pd = Pd::alloc(&dev)?;
+    let cfg = QpConfig {
+        send_depth: DEPTH,
+        recv_depth: DEPTH,
+    };
+    // Declared before the QPs, so dropped after them.
+    let mut cqs = KVec::new();
+    let mut cqes = KVec::new();
+    for ctx in CONTEXTS {
+        cqs.push(OwnedCq::alloc(&dev, 4 * (DEPTH + 1), 0, ctx)?, GFP_KERNEL)?;
+        for _ in 0..2 {
+            cqes.push(
+                KBox::pin_init(Cqe::new(Counter::default()), GFP_KERNEL)?,
+                GFP_KERNEL,
+            )?;
+        }
+    }
+    let mut pairs = KVec::new();
+    for (i, ctx) in CONTEXTS.into_iter().enumerate() {
+        pairs.push(
+            Pair {
+                ctx,
+                qps: [
+                    OwnedQp::create_rc(&pd, &cqs[i], &cqs[i], cfg)?,
+                    OwnedQp::create_rc(&pd, &cqs[i], &cqs[i], cfg)?,
+                ],
+                recv: cqes[2 * i].as_ref(),
+                send: cqes[2 * i + 1].as_ref(),
+            },
+            GFP_KERNEL,
+        )?;
+    }
+    let mut rng = Rng(0x9e37_79b9 ^ (index + 1).wrapping_mul(0x85eb_ca6b));
+    let mut t = Totals::default();
+    for _ in 0..cycles {
+        for p in pairs.iter_mut() {
+            cycle(p, &gid, &mut rng, &mut t)?;
+        }
+    }
+    Ok(t)
+}
+
+/// One worker's job; the test keeps a reference and waits for `done`.
+#[pin_data]
+struct Worker {
+    #[pin]
+    work: Work<Worker>,
+    index: u32,
+    cycles: u32,
+    /// 0 when all cycles passed, a negative errno otherwise.
+    result: AtomicI32,
+    drains: AtomicU32,
+    receives: AtomicU32,
+    received: AtomicU32,
+    sends: AtomicU32,
+    sends_failed: AtomicU32,
+    #[pin]
+    done: Completion,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for Worker { self.work }
+}
+
+impl WorkItem for Worker {
+    type Pointer = Arc<Worker>;
+
+    fn run(this: Arc<Worker>) {
+        match run_worker(this.index, this.cycles) {
+            Ok(t) => {
+                this.drains.store(t.drains, Ordering::Relaxed);
+                this.receives.store(t.receives, Ordering::Relaxed);
+                this.received.store(t.received, Ordering::Relaxed);
+                this.sends.store(t.sends, Ordering::Relaxed);
+                this.sends_failed.store(t.sends_failed, Ordering::Relaxed);
+                this.result.store(0, Ordering::Relaxed);
+            }
+            Err(e) => this.result.store(e.to_errno(), Ordering::Relaxed),
+        }
+        this.done.complete_all();
+    }
+}
+
+#[kunit_tests(rdma_drain_stress)]
+mod tests {
+    use super::*;
+
+    /// Runs a quarter of the cycles: 64 QPs x `cycles / 4` drains each, from
+    /// 8 workers at once. Every cycle accounts for every completion, and all
+    /// workers finish in time. (Four cases, not one: each stays short of the
+    /// debug kernel's hung-task timeout for the waiting insmod.)
+    fn quarter(round: u32) -> Result {
+        let cycles = module_parameters::cycles.value().div_ceil(4);
+        let mut workers = KVec::new();
+        for index in 0..WORKERS {
+            let w = Arc::pin_init(
+                pin_init!(Worker {
+                    work <- new_work!("Worker::work"),
+                    index: index + round * WORKERS,
+                    cycles,
+                    result: AtomicI32::new(1),
+                    drains: AtomicU32::new(0),
+                    receives: AtomicU32::new(0),
+                    received: AtomicU32::new(0),
+                    sends: AtomicU32::new(0),
+                    sends_failed: AtomicU32::new(0),
+                    done <- Completion::new(),
+                }),
+                GFP_KERNEL,
+            )?;
+            workers.push(w.clone(), GFP_KERNEL)?;
+            let _ = workqueue::system_unbound().enqueue(w);
+        }
+        // The watchdog: a worker that never finishes fails the test instead
+        // of hanging it (the worker keeps its own references).
+        let mut waited_ms = 0;
+        while !workers.iter().all(|w| w.done.completion_done()) {
+            if waited_ms >= WATCHDOG_MS {
+                pr_err!("workers did not finish in {WATCHDOG_MS} ms\n");
+                return Err(ETIMEDOUT);
+            }
+            fsleep(Delta::from_millis(100));
+            waited_ms += 100;
+        }
+        let sum = |f: fn(&Worker) -> u32| workers.iter().map(|w| f(w)).sum::<u32>();
+        pr_info!(
+            "round {round}: {} QPs x {cycles} cycles: {} drains, {} receives ({} received, rest flushed), {} sends ({} failed)\n",
+            WORKERS * 8,
+            sum(|w| w.drains.load(Ordering::Relaxed)),
+            sum(|w| w.receives.load(Ordering::Relaxed)),
+            sum(|w| w.received.load(Ordering::Relaxed)),
+            sum(|w| w.sends.load(Ordering::Relaxed)),
+            sum(|w| w.sends_failed.load(Ordering::Relaxed))
+        );
+        for w in &workers {
+            assert_eq!(w.result.load(Ordering::Relaxed), 0);
+        }
+        assert_eq!(
+            sum(|w| w.drains.load(Ordering::Relaxed)),
+            WORKERS * 8 * 2 * cycles
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn sixty_four_qps_drained_under_traffic_round_1() -> Result {
+        quarter(0)
+    }
+
+    #[test]
+    fn sixty_four_qps_drained_under_traffic_round_2() -> Result {
+        quarter(1)
+    }
+
+    #[test]
+    fn sixty_four_qps_drained_under_traffic_round_3() -> Result {
+        quarter(2)
+    }
+
+    #[test]
+    fn sixty_four_qps_drained_under_traffic_round_4() -> Result {
+        quarter(3)
+    }
+}
