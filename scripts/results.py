@@ -5,8 +5,9 @@ Turn a test VM's console log into results: every KTAP stream in it (built-in
 KUnit at boot, each module's suites when it loads, the guest's shell checks)
 is parsed by the tree's own tools/testing/kunit/kunit.py; kernel reports
 (WARNING, BUG, Oops, panic, KASAN, lockdep, hung task) and a missing end of
-run count as failures of their own. Prints per-suite counts, then the line
-'N passed, N failed'. Exit status 1 on any failure.
+run count as failures of their own. Prints per-suite counts, then per
+category the cases tried and the kernel reports seen while its suites ran,
+then the line 'N passed, N failed'. Exit status 1 on any failure.
 """
 
 import json
@@ -22,6 +23,17 @@ REPORTS = re.compile(
     r"UBSAN:|kmemleak:.*new suspected|general protection fault"
 )
 END_MARK = "rust-drain: tests done"
+SUITE_START = re.compile(r"^    # Subtest: (\S+)$|^rust-drain: suite (\S+) starts$")
+SUITE_END = re.compile(r"^(?:not )?ok \d+ (\S+)")
+CATEGORIES = [
+    ("unit, fake provider", ["rdma_drain_unit", "rdma_drain_abi"]),
+    ("fault injection", ["rdma_drain_unit_faults", "rdma_drain_rxe_faults"]),
+    ("rxe", ["rdma_rxe_setup", "rdma_drain_rxe", "rdma_drain_teardown"]),
+    ("stress", ["rdma_drain_stress"]),
+    ("churn", ["nvme_rdma_rxe", "rxe_removal_race"]),
+    ("benchmark smoke", ["rdma_drain_bench_smoke"]),
+    ("host checks", ["host_checks"]),
+]
 
 
 def streams(lines):
@@ -35,6 +47,30 @@ def streams(lines):
         if cur is not None:
             cur.append(body)
     return out
+
+
+def suite_of_lines(lines):
+    """The suite that was running at each line of the log, or None."""
+    owner, cur = [], None
+    for line in lines:
+        body = PREFIX.sub("", line)
+        m = SUITE_START.match(body)
+        if m:
+            cur = m.group(1) or m.group(2)
+        owner.append(cur)
+        m = SUITE_END.match(body)
+        if m and m.group(1) == cur:
+            cur = None
+    return owner
+
+
+def category(suite):
+    for name, members in CATEGORIES:
+        if suite in members:
+            return name
+    if suite and suite.startswith("rust_"):
+        return "kernel's own Rust tests"
+    return "other" if suite else "outside any suite"
 
 
 def count(node, suite_counts, path):
@@ -89,10 +125,14 @@ def main():
             sc = suites.setdefault(case.get("name", "?"), [0, 0, 0])
             sc[0 if st == "PASS" else 2 if st == "SKIP" else 1] += 1
 
+    owner = suite_of_lines(lines)
+    reports = {}
     last = -100
     for i, line in enumerate(lines):
         if REPORTS.search(line) and i - last > 30:
             last = i
+            cat = category(owner[i])
+            reports[cat] = reports.get(cat, 0) + 1
             ctx = "\n".join("    " + l for l in lines[max(0, i - 5):i + 15])
             failed_extra.append(f"kernel report in the log, line {i + 1}:\n{ctx}")
     if not any(END_MARK in l for l in lines):
@@ -113,6 +153,15 @@ def main():
         failed += f + s
     if not suites:
         failed_extra.append("no KTAP results in the log")
+    cats = {}
+    for name, (p, f, sk) in suites.items():
+        c = cats.setdefault(category(name), [0, 0])
+        c[0] += p + f + sk
+        c[1] += p
+    print("  by category (cases tried, passed; kernel reports seen while it ran):")
+    for cat in sorted(set(cats) | set(reports)):
+        tried, ok = cats.get(cat, [0, 0])
+        print(f"    {cat}: {tried} cases, {ok} passed; {reports.get(cat, 0)} reports")
     for e in failed_extra:
         print(f"FAIL: {e}")
     failed += len(failed_extra)

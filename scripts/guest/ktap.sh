@@ -1,10 +1,12 @@
 # shellcheck shell=sh
-# KTAP for the guest's shell checks: ktap_begin, then check NAME CMD... per
-# test, then ktap_end SUITE prints the suite as its own KTAP stream.
+# KTAP for the guest's shell checks: ktap_begin SUITE, then check NAME CMD...
+# per test, then ktap_end SUITE prints the suite as its own KTAP stream.
+# The start line lets the host tell which suite ran when a report appeared.
 
 ktap_begin() {
 	n=0
 	results=""
+	echo "rust-drain: suite $1 starts"
 }
 
 check() { # check NAME CMD...: one KTAP test line per check

@@ -3,16 +3,19 @@
 # connect, write a pattern, read it back, compare, disconnect. Teardown of
 # both sides runs ib_drain_qp(); the cq_drain_complete tracepoint count
 # proves that drains ran (and ib_drain_* is the Rust one: rdma_drain_abi).
-# Prints one KTAP suite, nvme_rdma_rxe.
+# Then RACES times, rxe0's removal (`rdma link delete`) races the host's
+# teardown of a connected controller, and rxe0 is added again.
+# Prints two KTAP suites, nvme_rdma_rxe and rxe_removal_race.
 
-CYCLES=${1:-20}
+CYCLES=${1:-100}
+RACES=${2:-6}
 ADDR=169.254.1.1
 NQN=nqn.2026-11.rust-drain:test
 CFG=/sys/kernel/config/nvmet
 TRACE=/sys/kernel/tracing
 
 . /ktap.sh
-ktap_begin
+ktap_begin nvme_rdma_rxe
 
 setup_target() {
 	modprobe null_blk nr_devices=1 gb=1 memory_backed=1 &&
@@ -38,10 +41,9 @@ trace_on() {
 		echo 1 >$TRACE/tracing_on
 }
 
-# One cycle: connect, find the namespace, write, read back, compare, delete.
-cycle() {
-	i=$1
-	echo "transport=rdma,traddr=$ADDR,trsvcid=4420,nqn=$NQN" >/dev/nvme-fabrics ||
+# Connects a controller; sets $dev (its namespace) and $ctrl (sysfs).
+connect() {
+	echo "transport=rdma,traddr=$ADDR,trsvcid=4420,nqn=$NQN,reconnect_delay=1" >/dev/nvme-fabrics ||
 		{ echo "connect failed"; return 1; }
 	dev=""
 	for _ in $(seq 50); do
@@ -51,9 +53,14 @@ cycle() {
 	done
 	ctrl=$(ls -d /sys/class/nvme/nvme* 2>/dev/null | head -n 1)
 	[ -n "$dev" ] || { echo "no namespace after connect"; echo 1 >"$ctrl/delete_controller"; return 1; }
+}
+
+# Writes a pattern at block $1 of the namespace, reads it back, compares,
+# then deletes the controller and waits until it is gone.
+io_and_delete() {
 	dd if=/dev/urandom of=/tmp/pattern bs=4096 count=64 2>/dev/null
-	dd if=/tmp/pattern of="$dev" bs=4096 count=64 seek=$((i * 64)) oflag=direct 2>/dev/null &&
-		dd if="$dev" of=/tmp/readback bs=4096 count=64 skip=$((i * 64)) iflag=direct 2>/dev/null
+	dd if=/tmp/pattern of="$dev" bs=4096 count=64 seek="$1" oflag=direct 2>/dev/null &&
+		dd if="$dev" of=/tmp/readback bs=4096 count=64 skip="$1" iflag=direct 2>/dev/null
 	rc=$?
 	cmp /tmp/pattern /tmp/readback || rc=1
 	echo 1 >"$ctrl/delete_controller" || rc=1
@@ -63,6 +70,11 @@ cycle() {
 	done
 	[ -e "$ctrl" ] && { echo "controller $ctrl not deleted"; rc=1; }
 	return $rc
+}
+
+# One cycle: connect, write, read back, compare, delete.
+cycle() {
+	connect && io_and_delete $(($1 * 64))
 }
 
 cycles() {
@@ -88,3 +100,118 @@ check drains_ran_on_both_sides drains_traced
 echo "rust-drain: $(grep -c cq_drain_complete $TRACE/trace 2>/dev/null) cq_drain_complete events in $CYCLES nvme cycles"
 
 ktap_end nvme_rdma_rxe
+
+# Waits at most $2 seconds for process $1; fails if it is still running.
+wait_bounded() {
+	t=0
+	while kill -0 "$1" 2>/dev/null; do
+		[ $t -ge $(($2 * 10)) ] && { echo "pid $1 still running after $2 s"; return 1; }
+		sleep 0.1
+		t=$((t + 1))
+	done
+}
+
+rxe_readd() {
+	rdma link add rxe0 type rxe netdev dummy0 || return 1
+	for _ in $(seq 100); do
+		rdma link show rxe0/1 2>/dev/null | grep -q 'state ACTIVE' && return 0
+		sleep 0.1
+	done
+	echo "rxe0 not active again"
+	return 1
+}
+
+# nvmet-rdma drops its listener when the device goes away and does not
+# listen again by itself: re-enable the port by re-linking its subsystem.
+relisten() {
+	if [ -L $CFG/ports/1/subsystems/$NQN ]; then
+		rm $CFG/ports/1/subsystems/$NQN || return 1
+	fi
+	ln -s $CFG/subsystems/$NQN $CFG/ports/1/subsystems/$NQN
+}
+
+connect_retry() {
+	for _ in $(seq 10); do
+		connect 2>/dev/null && return 0
+		sleep 1
+	done
+	echo "no connect within 10 s after rxe0 came back"
+	return 1
+}
+
+# One race, in one of three forms, each ending with rxe0's removal while a
+# controller is connected: during I/O; racing the target's teardown of its
+# port; or on an idle controller. The ULPs tear down from their ib_client
+# remove callbacks, both sides must finish, the controller must be gone, and
+# rxe0 must come back. Not raced: the host's sysfs delete_controller, whose
+# synchronous teardown nvme_rdma_remove_one() does not wait for (upstream
+# 7.3: ib_cq_pool_cleanup() then WARNs about the host's pool CQ still in
+# use); rust_drain_race_sysfs_delete on the kernel command line adds it.
+race() {
+	connect_retry || return 1
+	form=$(($1 % 3))
+	[ -n "$race_sysfs" ] && [ $(($1 % 2)) = 1 ] && form=3
+	case $form in
+	0)
+		dd if="$dev" of=/dev/null bs=4096 count=100000 iflag=direct 2>/dev/null &
+		other=$!
+		sleep 0.2
+		;;
+	1)
+		rm $CFG/ports/1/subsystems/$NQN &
+		other=$!
+		;;
+	2) other="" ;;
+	3)
+		echo 1 >"$ctrl/delete_controller" &
+		other=$!
+		;;
+	esac
+	rdma link delete rxe0 &
+	rm=$!
+	wait_bounded $rm 60 || return 1
+	[ -z "$other" ] || wait_bounded "$other" 60 || return 1
+	if [ $form = 1 ]; then
+		# The host had torn its queues down to reconnect: it keeps the
+		# controller and reconnects once the target listens again.
+		rxe_readd && relisten || return 1
+		live || return 1
+		echo 1 >"$ctrl/delete_controller"
+	fi
+	for _ in $(seq 100); do
+		[ -e "$ctrl" ] || break
+		sleep 0.1
+	done
+	[ -e "$ctrl" ] && { echo "controller $ctrl still there"; return 1; }
+	[ $form = 1 ] || { rxe_readd && relisten; }
+}
+
+# Waits at most 20 s for the controller to be live again.
+live() {
+	for _ in $(seq 200); do
+		[ "$(cat "$ctrl/state" 2>/dev/null)" = live ] && return 0
+		sleep 0.1
+	done
+	echo "controller $ctrl not live again: $(cat "$ctrl/state" 2>/dev/null)"
+	return 1
+}
+
+races() {
+	i=0
+	while [ $i -lt "$RACES" ]; do
+		race $i || { echo "race $i failed"; return 1; }
+		i=$((i + 1))
+	done
+	# The device and the ULP still work after the races.
+	connect_retry && io_and_delete 0
+}
+
+ktap_begin rxe_removal_race
+race_sysfs=$(grep -o rust_drain_race_sysfs_delete /proc/cmdline)
+# A host tearing down a controller whose target vanished waits for its
+# commands to time out (60 s admin, 30 s I/O by default), longer than the
+# debug kernel's hung-task timeout (20 s): shorten them for this suite.
+echo 5 >/sys/module/nvme_core/parameters/admin_timeout
+echo 5 >/sys/module/nvme_core/parameters/io_timeout
+check "rxe_removal_races_ulp_teardown_${RACES}_times" races
+ktap_end rxe_removal_race
