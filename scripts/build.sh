@@ -27,8 +27,17 @@ run_logged "$log" "${K[@]}" all || die build "$log" "kernel build failed"
 done_step
 
 step "build: project modules"
-mkdir -p "$CACHE/ext-$flavour"
-run_logged "$log.ext" make -C "$build" LLVM=1 -j"$(nproc)" M="$TOP" MO="$CACHE/ext-$flavour" modules ||
+# Kbuild does not rebuild the Rust modules when only the kernel's
+# configuration changed (their layout of struct module may differ, and
+# insmod says "invalid module format"): start over when it did.
+ext=$CACHE/ext-$flavour
+sum=$(sha256sum "$build/.config" | cut -d' ' -f1)
+if [ "$(cat "$ext/.kernel-config-sum" 2>/dev/null)" != "$sum" ]; then
+	rm -rf "$ext"
+	mkdir -p "$ext"
+	echo "$sum" >"$ext/.kernel-config-sum"
+fi
+run_logged "$log.ext" make -C "$build" LLVM=1 -j"$(nproc)" M="$TOP" MO="$ext" modules ||
 	die build "$log.ext" "project module build failed"
 done_step
 
@@ -36,7 +45,7 @@ step "build: modules_install"
 rm -rf "$build/mods.tmp"
 {
 	"${K[@]}" INSTALL_MOD_PATH="$build/mods.tmp" INSTALL_MOD_STRIP=1 modules_install &&
-		make -C "$build" LLVM=1 M="$TOP" MO="$CACHE/ext-$flavour" \
+		make -C "$build" LLVM=1 M="$TOP" MO="$ext" \
 			INSTALL_MOD_PATH="$build/mods.tmp" INSTALL_MOD_STRIP=1 modules_install
 } >"$log.install" 2>&1 || die build "$log.install" "modules_install failed"
 rm -rf "$build/mods"
