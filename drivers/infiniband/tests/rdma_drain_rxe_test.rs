@@ -356,6 +356,51 @@ mod tests {
         Ok(())
     }
 
+    /// `ib_drain_qp()` consumes both queues: 4 sends held by RNR (the peer
+    /// has no receives) and 2 receives, all flushed before it returns.
+    #[test]
+    fn drain_qp_consumes_sends_and_receives() -> Result {
+        for ctx in CONTEXTS {
+            let dev = rxe()?;
+            let gid = GidAttr::find_ipv4(&dev, 1)?;
+            let pd = Pd::alloc(&dev)?;
+            let cq = OwnedCq::alloc(&dev, 32, 0, ctx)?;
+            stack_pin_init!(let sent = Cqe::new(Counter::default()));
+            stack_pin_init!(let received = Cqe::new(Counter::default()));
+            let cfg = QpConfig {
+                send_depth: 4,
+                recv_depth: 2,
+            };
+            let mut a = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
+            let mut b = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
+            a.init(1)?;
+            b.init(1)?;
+            let (qpn_a, qpn_b) = (a.qp_num(), b.qp_num());
+            a.connect(&gid, qpn_b)?;
+            b.connect(&gid, qpn_a)?;
+            for _ in 0..2 {
+                a.rq().post(received.as_ref())?;
+            }
+            for _ in 0..4 {
+                a.sq().post_send(sent.as_ref())?;
+            }
+            a.drain();
+            let (ok, flushed, other) = sent.handler().counts();
+            if (ok, flushed + other) != (0, 4) || sent.outstanding() != 0 {
+                pr_err!(
+                    "{ctx:?}: sends {:?}, {} outstanding\n",
+                    (ok, flushed, other),
+                    sent.outstanding()
+                );
+            }
+            assert_eq!((ok, flushed + other), (0, 4));
+            assert_eq!(sent.outstanding(), 0);
+            assert_eq!(received.handler().counts(), (0, 2, 0));
+            assert_eq!(received.outstanding(), 0);
+        }
+        Ok(())
+    }
+
     /// Receives consumed by live sends and receives flushed by the drain add
     /// up to what was posted, and nothing of the RQ is outstanding when
     /// `ib_drain_rq()` returns, while sends are still arriving.
