@@ -47,6 +47,7 @@ enum State {
 
 impl DrainMarker {
     /// Creates an initializer for a new, not yet posted marker.
+    #[inline]
     pub fn new() -> impl PinInit<Self> {
         // INVARIANT: `cqe.done` is set to `done_callback` here and never changed.
         pin_init!(Self {

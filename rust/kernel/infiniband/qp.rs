@@ -87,6 +87,7 @@ impl Qp {
 
     /// Moves the QP to the error state: the provider then flushes every
     /// outstanding work request with `IB_WC_WR_FLUSH_ERR`.
+    #[inline]
     pub fn set_error_state(&self) -> Result {
         let mut attr = bindings::ib_qp_attr {
             qp_state: bindings::ib_qp_state_IB_QPS_ERR,
@@ -120,6 +121,7 @@ impl Qp {
     /// # Safety
     ///
     /// Nobody may post on the queue that `op` drains until it returns.
+    #[inline]
     unsafe fn run_provider_drain(
         &self,
         op: Option<unsafe extern "C" fn(*mut bindings::ib_qp)>,
@@ -226,11 +228,13 @@ impl<'a> WorkQueue<'a> for RecvQueue<'a> {
         self.qp.has_srq()
     }
 
+    #[inline]
     fn provider_drain(&mut self) -> bool {
         // SAFETY: By the type invariant nobody posts receives meanwhile.
         unsafe { self.qp.run_provider_drain(self.qp.device().ops().drain_rq) }
     }
 
+    #[inline]
     fn post_marker(&mut self, marker: Pin<&DrainMarker>) -> Result {
         if !marker.is_fresh() {
             return Err(EBUSY);
@@ -299,11 +303,13 @@ impl<'a> WorkQueue<'a> for SendQueue<'a> {
         unsafe { Cq::from_raw_opt((*self.qp.as_raw()).send_cq) }
     }
 
+    #[inline]
     fn provider_drain(&mut self) -> bool {
         // SAFETY: By the type invariant nobody posts sends meanwhile.
         unsafe { self.qp.run_provider_drain(self.qp.device().ops().drain_sq) }
     }
 
+    #[inline]
     fn post_marker(&mut self, marker: Pin<&DrainMarker>) -> Result {
         if !marker.is_fresh() {
             return Err(EBUSY);
