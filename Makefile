@@ -5,6 +5,7 @@
 #                'N passed, N failed'
 #   make test-debug  the same suites on a KASAN/lockdep/kmemleak kernel
 #   make bench   Rust vs C drain latency on rxe (out/bench/: CSV, table, plot)
+#   make kunit   the unit suites through the tree's own kunit.py
 #   make lint    rustfmt, clippy (CLIPPY=1) and checkpatch.pl on the change
 #   make patches the whole change as a git format-patch series (out/patches/)
 #   make clean   remove the build cache (it is rebuilt from nothing next time)
@@ -15,7 +16,7 @@ SHELL := /bin/bash
 CACHE ?= $(or $(RDMA_RUST_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/rdma-rust-drain)
 export RDMA_RUST_CACHE := $(CACHE)
 
-.PHONY: all demo test test-debug build bench patches lint clean
+.PHONY: all demo test test-debug build bench kunit patches lint clean
 
 all: demo
 
@@ -41,6 +42,9 @@ test-debug:
 
 bench:
 	@scripts/bench.sh
+
+kunit:
+	@scripts/kunit.sh
 
 lint: build
 	@scripts/lint.sh
