@@ -7,10 +7,9 @@
 //! bindings, and the drain contract (room for the marker, nobody posting
 //! during a drain) holds by construction.
 
-use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicI32, Ordering};
 use kernel::infiniband::{
-    drain_rq_concurrently, CompletionHandler, Cqe, DeviceRef, GidAttr, OwnedCq, OwnedQp, OwnedSrq,
-    Pd, PollContext, QpConfig, WcStatus, WorkCompletion,
+    drain_rq_concurrently, Cqe, GidAttr, OwnedCq, OwnedQp, OwnedSrq, Pd, PollContext, QpConfig,
 };
 use kernel::sync::{Arc, Completion};
 use kernel::time::{delay::fsleep, Delta};
@@ -34,46 +33,8 @@ impl kernel::Module for RxeDrainTest {
     }
 }
 
-/// Counts completions by status.
-#[derive(Default)]
-struct Counter {
-    success: AtomicU32,
-    flushed: AtomicU32,
-    other: AtomicU32,
-}
-
-impl CompletionHandler for Counter {
-    fn done(&self, wc: &WorkCompletion) {
-        let c = match wc.status() {
-            WcStatus::Success => &self.success,
-            WcStatus::FlushError => &self.flushed,
-            WcStatus::Other(_) => &self.other,
-        };
-        c.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-impl Counter {
-    fn counts(&self) -> (u32, u32, u32) {
-        (
-            self.success.load(Ordering::Relaxed),
-            self.flushed.load(Ordering::Relaxed),
-            self.other.load(Ordering::Relaxed),
-        )
-    }
-}
-
-/// The rxe device the guest created on `dummy0`.
-fn rxe() -> Result<DeviceRef> {
-    DeviceRef::get_by_netdev(c"dummy0")
-}
-
-const CONTEXTS: [PollContext; 4] = [
-    PollContext::Direct,
-    PollContext::Softirq,
-    PollContext::Workqueue,
-    PollContext::UnboundWorkqueue,
-];
+mod common;
+use common::{connect_pair, rxe, Counter, CONTEXTS};
 
 /// RQ depth of the drain cases: the deepest case fills the RQ but for the
 /// marker's reserved slot.
@@ -175,14 +136,10 @@ fn live_traffic_case(ctx: PollContext, k: u32, r: u32) -> Result<((u32, u32, u32
             ..depth
         },
     )?;
-    a.init(1)?;
-    b.init(1)?;
+    connect_pair(&mut a, &mut b, &gid)?;
     for _ in 0..r {
         b.rq().post(received.as_ref())?;
     }
-    let (qpn_a, qpn_b) = (a.qp_num(), b.qp_num());
-    a.connect(&gid, qpn_b)?;
-    b.connect(&gid, qpn_a)?;
     for _ in 0..k {
         a.sq().post_send(sent.as_ref())?;
     }
@@ -255,14 +212,10 @@ fn srq_case(ctx: PollContext, k: u32, r: u32) -> Result<SrqDrain> {
         recv_depth: 0,
     };
     let mut b = OwnedQp::create_rc_on_srq(&pd, &cq, &srq, no_depth)?;
-    a.init(1)?;
-    b.init(1)?;
+    connect_pair(&mut a, &mut b, &gid)?;
     for _ in 0..r {
         srq.post()?;
     }
-    let (qpn_a, qpn_b) = (a.qp_num(), b.qp_num());
-    a.connect(&gid, qpn_b)?;
-    b.connect(&gid, qpn_a)?;
     let refused_warnings = kunit::count_warnings(|| b.drain_rq());
     for _ in 0..k {
         a.sq().post_send(sent.as_ref())?;
@@ -373,11 +326,7 @@ mod tests {
             };
             let mut a = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
             let mut b = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
-            a.init(1)?;
-            b.init(1)?;
-            let (qpn_a, qpn_b) = (a.qp_num(), b.qp_num());
-            a.connect(&gid, qpn_b)?;
-            b.connect(&gid, qpn_a)?;
+            connect_pair(&mut a, &mut b, &gid)?;
             for _ in 0..2 {
                 a.rq().post(received.as_ref())?;
             }
@@ -597,11 +546,7 @@ mod fault_tests {
         };
         let mut a = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
         let mut b = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
-        a.init(1)?;
-        b.init(1)?;
-        let (qpn_a, qpn_b) = (a.qp_num(), b.qp_num());
-        a.connect(&gid, qpn_b)?;
-        b.connect(&gid, qpn_a)?;
+        connect_pair(&mut a, &mut b, &gid)?;
         for _ in 0..8 {
             a.sq().post_send(sent.as_ref())?;
         }

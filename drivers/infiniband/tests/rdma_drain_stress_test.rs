@@ -9,10 +9,7 @@
 //! nothing is outstanding once both QPs of a pair are drained.
 
 use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
-use kernel::infiniband::{
-    CompletionHandler, Cqe, DeviceRef, GidAttr, OwnedCq, OwnedQp, Pd, PollContext, QpConfig,
-    WcStatus, WorkCompletion,
-};
+use kernel::infiniband::{Cqe, GidAttr, OwnedCq, OwnedQp, Pd, PollContext, QpConfig};
 use kernel::prelude::*;
 use kernel::sync::{Arc, Completion};
 use kernel::time::{delay::fsleep, Delta};
@@ -34,18 +31,14 @@ module! {
 
 struct StressTest;
 
+mod common;
+use common::{connect_pair, rxe, Counter, CONTEXTS};
+
 impl kernel::Module for StressTest {
     fn init(_module: &'static ThisModule) -> Result<Self> {
         Ok(StressTest)
     }
 }
-
-const CONTEXTS: [PollContext; 4] = [
-    PollContext::Direct,
-    PollContext::Softirq,
-    PollContext::Workqueue,
-    PollContext::UnboundWorkqueue,
-];
 
 /// Workers, each with one pair of QPs per poll context: 8 x 4 x 2 = 64 QPs.
 const WORKERS: u32 = 8;
@@ -55,35 +48,6 @@ const DEPTH: u32 = 32;
 
 /// How long a round waits for all its workers before it fails.
 const WATCHDOG_MS: u32 = 240_000;
-
-/// Counts completions by status.
-#[derive(Default)]
-struct Counter {
-    success: AtomicU32,
-    flushed: AtomicU32,
-    other: AtomicU32,
-}
-
-impl CompletionHandler for Counter {
-    fn done(&self, wc: &WorkCompletion) {
-        let c = match wc.status() {
-            WcStatus::Success => &self.success,
-            WcStatus::FlushError => &self.flushed,
-            WcStatus::Other(_) => &self.other,
-        };
-        c.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-impl Counter {
-    fn counts(&self) -> [u32; 3] {
-        [
-            self.success.load(Ordering::Relaxed),
-            self.flushed.load(Ordering::Relaxed),
-            self.other.load(Ordering::Relaxed),
-        ]
-    }
-}
 
 /// xorshift32: reproducible random depths, seeded per worker.
 struct Rng(u32);
@@ -115,23 +79,22 @@ struct Pair<'a> {
     send: Pin<&'a Cqe<Counter>>,
 }
 
-/// One cycle of a pair: re-arm both QPs, post random receives, connect, send
+/// One cycle of a pair: re-arm and connect both QPs, post random receives, send
 /// at most as many as the peer can receive, drain both in random order, and
 /// check that every work request of the cycle completed, once.
 fn cycle(p: &mut Pair<'_>, gid: &GidAttr, rng: &mut Rng, t: &mut Totals) -> Result {
     let (recv0, send0) = (p.recv.handler().counts(), p.send.handler().counts());
+    let [a, b] = &mut p.qps;
+    a.reset()?;
+    b.reset()?;
+    connect_pair(a, b, gid)?;
     let mut receives = [0; 2];
     for (qp, r) in p.qps.iter_mut().zip(receives.iter_mut()) {
-        qp.reset()?;
-        qp.init(1)?;
         *r = rng.below(DEPTH + 1);
         for _ in 0..*r {
             qp.rq().post(p.recv)?;
         }
     }
-    let qpn = [p.qps[0].qp_num(), p.qps[1].qp_num()];
-    p.qps[0].connect(gid, qpn[1])?;
-    p.qps[1].connect(gid, qpn[0])?;
     let mut sends = 0;
     for (i, qp) in p.qps.iter_mut().enumerate() {
         for _ in 0..rng.below(receives[1 - i] + 1) {
@@ -147,7 +110,7 @@ fn cycle(p: &mut Pair<'_>, gid: &GidAttr, rng: &mut Rng, t: &mut Totals) -> Resu
     p.qps[1 - first].drain();
 
     let (recv1, send1) = (p.recv.handler().counts(), p.send.handler().counts());
-    let delta = |a: [u32; 3], b: [u32; 3]| [b[0] - a[0], b[1] - a[1], b[2] - a[2]];
+    let delta = |a: (u32, u32, u32), b: (u32, u32, u32)| [b.0 - a.0, b.1 - a.1, b.2 - a.2];
     let (r, s) = (delta(recv0, recv1), delta(send0, send1));
     let posted = receives[0] + receives[1];
     let ok = r[0] + r[1] == posted
@@ -175,7 +138,7 @@ fn cycle(p: &mut Pair<'_>, gid: &GidAttr, rng: &mut Rng, t: &mut Totals) -> Resu
 
 /// One worker: a pair of QPs per poll context, `cycles` cycles each.
 fn run_worker(index: u32, cycles: u32) -> Result<Totals> {
-    let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+    let dev = rxe()?;
     let gid = GidAttr::find_ipv4(&dev, 1)?;
     let pd = Pd::alloc(&dev)?;
     let cfg = QpConfig {

@@ -89,8 +89,14 @@ impl Qp {
     /// outstanding work request with `IB_WC_WR_FLUSH_ERR`.
     #[inline]
     pub fn set_error_state(&self) -> Result {
+        self.set_state(bindings::ib_qp_state_IB_QPS_ERR)
+    }
+
+    /// Moves the QP to `state`, changing nothing else.
+    #[inline]
+    fn set_state(&self, state: bindings::ib_qp_state) -> Result {
         let mut attr = bindings::ib_qp_attr {
-            qp_state: bindings::ib_qp_state_IB_QPS_ERR,
+            qp_state: state,
             ..Default::default()
         };
         // SAFETY: The QP is valid and `attr` is a valid attribute set for the
@@ -661,19 +667,7 @@ impl<'a> OwnedQp<'a> {
             (false, true) => self.drain_rq(),
             (false, false) => {}
         }
-        let mut attr = bindings::ib_qp_attr {
-            qp_state: bindings::ib_qp_state_IB_QPS_RESET,
-            ..Default::default()
-        };
-        // SAFETY: The QP and `attr` are valid; `&mut self` excludes concurrent
-        // state changes and posts through this handle.
-        to_result(unsafe {
-            bindings::ib_modify_qp(
-                self.as_raw(),
-                &mut attr,
-                bindings::ib_qp_attr_mask_IB_QP_STATE as i32,
-            )
-        })?;
+        self.set_state(bindings::ib_qp_state_IB_QPS_RESET)?;
         self.in_reset = true;
         Ok(())
     }

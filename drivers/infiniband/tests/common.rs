@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! What the rxe test modules share (`mod common;` in each): the device, the
+//! poll contexts, a completion counter and connecting two QPs.
+
+use core::sync::atomic::{AtomicU32, Ordering};
+use kernel::infiniband::{
+    CompletionHandler, DeviceRef, GidAttr, OwnedQp, PollContext, WcStatus, WorkCompletion,
+};
+use kernel::prelude::*;
+
+/// The four contexts a CQ can be polled in.
+pub(crate) const CONTEXTS: [PollContext; 4] = [
+    PollContext::Direct,
+    PollContext::Softirq,
+    PollContext::Workqueue,
+    PollContext::UnboundWorkqueue,
+];
+
+/// The rxe device the guest created on `dummy0`.
+pub(crate) fn rxe() -> Result<DeviceRef> {
+    DeviceRef::get_by_netdev(c"dummy0")
+}
+
+/// Counts completions by status.
+#[derive(Default)]
+pub(crate) struct Counter {
+    success: AtomicU32,
+    flushed: AtomicU32,
+    other: AtomicU32,
+}
+
+impl CompletionHandler for Counter {
+    fn done(&self, wc: &WorkCompletion) {
+        let c = match wc.status() {
+            WcStatus::Success => &self.success,
+            WcStatus::FlushError => &self.flushed,
+            WcStatus::Other(_) => &self.other,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Counter {
+    /// The (success, flushed, other) counts so far.
+    pub(crate) fn counts(&self) -> (u32, u32, u32) {
+        (
+            self.success.load(Ordering::Relaxed),
+            self.flushed.load(Ordering::Relaxed),
+            self.other.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Takes two QPs in RESET to INIT on port 1 and connects them to each other
+/// through `gid`.
+pub(crate) fn connect_pair(a: &mut OwnedQp<'_>, b: &mut OwnedQp<'_>, gid: &GidAttr) -> Result {
+    a.init(1)?;
+    b.init(1)?;
+    let (qpn_a, qpn_b) = (a.qp_num(), b.qp_num());
+    a.connect(gid, qpn_b)?;
+    b.connect(gid, qpn_a)
+}
