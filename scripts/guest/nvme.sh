@@ -85,18 +85,19 @@ cycles() {
 	done
 }
 
+# Stops tracing; fails unless at least $1 cq_drain_complete events were seen.
 drains_traced() {
 	echo 0 >$TRACE/tracing_on
 	c=$(grep -c 'cq_drain_complete' $TRACE/trace)
 	echo "cq_drain_complete events: $c"
-	# Each cycle tears down an admin and at least one I/O queue on each side.
-	[ "$c" -ge $((CYCLES * 4)) ]
+	[ "$c" -ge "$1" ]
 }
 
 check nvmet_rdma_target_setup setup_target
 check drain_tracepoint_enabled trace_on
 check nvme_rdma_${CYCLES}_cycles_data_matches cycles
-check drains_ran_on_both_sides drains_traced
+# Each cycle tears down an admin and at least one I/O queue on each side.
+check drains_ran_on_both_sides drains_traced $((CYCLES * 4))
 echo "rust-drain: $(grep -c cq_drain_complete $TRACE/trace 2>/dev/null) cq_drain_complete events in $CYCLES nvme cycles"
 
 ktap_end nvme_rdma_rxe
@@ -193,14 +194,6 @@ race() {
 	rxe_readd && relisten
 }
 
-races_traced() {
-	echo 0 >$TRACE/tracing_on
-	c=$(grep -c 'cq_drain_complete' $TRACE/trace)
-	echo "cq_drain_complete events: $c"
-	# Both sides drain at least one QP (two queues) per race.
-	[ "$c" -ge $((RACES * 4)) ]
-}
-
 races() {
 	race_i=0
 	while [ $race_i -lt "$RACES" ]; do
@@ -221,5 +214,6 @@ echo 5 >/sys/module/nvme_core/parameters/admin_timeout
 echo 5 >/sys/module/nvme_core/parameters/io_timeout
 trace_on
 check "rxe_removal_races_ulp_teardown_${RACES}_times" races
-check drains_ran_in_the_races races_traced
+# Both sides drain at least one QP (two queues) per race.
+check drains_ran_in_the_races drains_traced $((RACES * 4))
 ktap_end rxe_removal_race

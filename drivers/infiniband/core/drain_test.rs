@@ -152,16 +152,36 @@ unsafe extern "C" fn fake_post_recv(
 ) -> i32 {
     FAKE.post_recv_calls.fetch_add(1, SeqCst);
     FAKE.post_recv_seq.store(FAKE.tick(), SeqCst);
+    // SAFETY: The core passes a valid QP and work request.
+    unsafe {
+        record_post(
+            (*qp).recv_cq,
+            (*wr).__bindgen_anon_1.wr_cqe,
+            (*wr).num_sge,
+            !(*wr).next.is_null(),
+        )
+    }
+}
+
+/// Records a posted work request and returns `FAKE.post_ret`; completes the
+/// request on `cq` if the post succeeds and `FAKE.complete_on_post` is set.
+///
+/// # Safety
+///
+/// `cq` must be a valid CQ of the fake QP, and `cqe` the posted entry.
+unsafe fn record_post(
+    cq: *mut bindings::ib_cq,
+    cqe: *mut bindings::ib_cqe,
+    num_sge: i32,
+    has_next: bool,
+) -> i32 {
     let ret = FAKE.post_ret.load(SeqCst);
-    // SAFETY: The core passes a valid work request.
-    let (cqe, num_sge, next) =
-        unsafe { ((*wr).__bindgen_anon_1.wr_cqe, (*wr).num_sge, (*wr).next) };
     FAKE.posted_num_sge.store(num_sge, SeqCst);
-    FAKE.posted_has_next.store(!next.is_null(), SeqCst);
+    FAKE.posted_has_next.store(has_next, SeqCst);
     FAKE.posted_cqe.store(cqe, SeqCst);
     if ret == 0 && FAKE.complete_on_post.load(SeqCst) {
-        // SAFETY: The QP and its CQ are valid; `cqe` is the marker.
-        unsafe { complete((*qp).recv_cq, cqe) };
+        // SAFETY: The caller guarantees a valid CQ; `cqe` is the marker.
+        unsafe { complete(cq, cqe) };
     }
     ret
 }
@@ -178,25 +198,16 @@ unsafe extern "C" fn fake_post_send(
 ) -> i32 {
     FAKE.post_send_calls.fetch_add(1, SeqCst);
     FAKE.post_send_seq.store(FAKE.tick(), SeqCst);
-    let ret = FAKE.post_ret.load(SeqCst);
-    // SAFETY: The core passes a valid work request.
-    let (cqe, num_sge, next, opcode) = unsafe {
-        (
+    // SAFETY: The core passes a valid QP and work request.
+    unsafe {
+        FAKE.posted_opcode.store((*wr).opcode, SeqCst);
+        record_post(
+            (*qp).send_cq,
             (*wr).__bindgen_anon_1.wr_cqe,
             (*wr).num_sge,
-            (*wr).next,
-            (*wr).opcode,
+            !(*wr).next.is_null(),
         )
-    };
-    FAKE.posted_num_sge.store(num_sge, SeqCst);
-    FAKE.posted_has_next.store(!next.is_null(), SeqCst);
-    FAKE.posted_opcode.store(opcode, SeqCst);
-    FAKE.posted_cqe.store(cqe, SeqCst);
-    if ret == 0 && FAKE.complete_on_post.load(SeqCst) {
-        // SAFETY: The QP and its CQ are valid; `cqe` is the marker.
-        unsafe { complete((*qp).send_cq, cqe) };
     }
-    ret
 }
 
 /// The fake `ops.poll_cq`: returns the marker from poll `FAKE.complete_on_poll` on.

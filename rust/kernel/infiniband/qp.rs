@@ -458,9 +458,6 @@ pub struct OwnedQp<'a> {
     config: QpConfig,
     recv_reserved: u32,
     in_reset: bool,
-    /// Work requests may be outstanding on the queue: posted since its last drain.
-    sq_posted: bool,
-    rq_posted: bool,
     /// One slot per work request each queue may hold (none for an SRQ's).
     sq_slots: KBox<WrSlots>,
     rq_slots: KBox<WrSlots>,
@@ -562,8 +559,6 @@ impl<'a> OwnedQp<'a> {
             config,
             recv_reserved: recv,
             in_reset: true,
-            sq_posted: false,
-            rq_posted: false,
             sq_slots,
             rq_slots,
             events,
@@ -655,13 +650,14 @@ impl<'a> OwnedQp<'a> {
     }
 
     /// Returns the QP to RESET, for reuse with [`OwnedQp::init`]. A queue
-    /// posted on since its last drain is drained first: RESET discards work
-    /// requests without completing them, and their `Cqe` would wait forever.
+    /// with work requests not completed yet (its slots tell) is drained
+    /// first: RESET discards work requests without completing them, and
+    /// their `Cqe` would wait forever.
     pub fn reset(&mut self) -> Result {
         if self.in_reset {
             return Ok(());
         }
-        match (self.sq_posted, self.rq_posted) {
+        match (self.sq_slots.in_use(), self.rq_slots.in_use()) {
             (true, true) => self.drain(),
             (true, false) => self.drain_sq(),
             (false, true) => self.drain_rq(),
@@ -674,7 +670,6 @@ impl<'a> OwnedQp<'a> {
 
     /// Returns the receive queue's posting token.
     pub fn rq(&mut self) -> RecvQueue<'_> {
-        self.rq_posted = true;
         // INVARIANT: `&mut self` excludes every other poster on this QP; the
         // slots are the receive queue's.
         RecvQueue {
@@ -685,7 +680,6 @@ impl<'a> OwnedQp<'a> {
 
     /// Returns the send queue's posting token.
     pub fn sq(&mut self) -> SendQueue<'_> {
-        self.sq_posted = true;
         // INVARIANT: As for `rq`, for the send queue.
         SendQueue {
             qp: self,
@@ -698,7 +692,6 @@ impl<'a> OwnedQp<'a> {
     pub fn drain_rq(&mut self) {
         // SAFETY: The QP is valid, and `&mut self` excludes other posters.
         unsafe { bindings::ib_drain_rq(self.as_raw()) }
-        self.rq_posted = false;
     }
 
     /// Drains the receive queue with the C drain that the Rust one replaced
@@ -716,15 +709,12 @@ impl<'a> OwnedQp<'a> {
     pub fn drain_sq(&mut self) {
         // SAFETY: As for `drain_rq`.
         unsafe { bindings::ib_drain_sq(self.as_raw()) }
-        self.sq_posted = false;
     }
 
     /// Blocks until every completion has been consumed (`ib_drain_qp()`).
     pub fn drain(&mut self) {
         // SAFETY: As for `drain_rq`.
         unsafe { bindings::ib_drain_qp(self.as_raw()) }
-        self.sq_posted = false;
-        self.rq_posted = false;
     }
 }
 
@@ -816,9 +806,6 @@ pub fn drain_rq_concurrently(qps: &mut [OwnedQp<'_>]) -> Result {
     // that `qps` borrows: return only after every queued one has run.
     countdown.count_down(n - queued);
     countdown.zero.wait_for_completion();
-    for qp in qps.iter_mut().take(queued) {
-        qp.rq_posted = false;
-    }
     result
 }
 

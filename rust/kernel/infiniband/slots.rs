@@ -136,6 +136,12 @@ impl WrSlots {
         Err(EBUSY)
     }
 
+    /// Returns `true` while a work request posted with a slot has not
+    /// completed: its handler has not returned yet.
+    pub(crate) fn in_use(&self) -> bool {
+        self.in_use.load(Ordering::Acquire) != 0
+    }
+
     /// Frees the slot of a work request that was not posted.
     pub(crate) fn put_unposted(&self, cqe: *mut bindings::ib_cqe) {
         if let Some(slot) = self.slots.iter().find(|s| s.cqe.get() == cqe) {
