@@ -162,10 +162,10 @@ fn drain_generic<'a, Q: WorkQueue<'a>>(q: &mut Q) {
             }
         }
     }
-    while !marker.wait_timeout(msecs_to_jiffies(STUCK_REPORT_MS)) {
+    marker.as_ref().wait_reporting(STUCK_REPORT_MS, || {
         waited_ms += STUCK_REPORT_MS;
         report_stuck(qp, Q::NAME, cq.id(), waited_ms);
-    }
+    });
 }
 
 /// Refuses a drain that cannot start: a message naming the QP, and a WARN.

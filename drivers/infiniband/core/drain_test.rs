@@ -569,6 +569,8 @@ mod tests {
 #[kunit_tests(rdma_drain_unit_faults)]
 mod fault_tests {
     use super::*;
+    use kernel::time::{delay::fsleep, Delta};
+    use kernel::workqueue;
 
     #[test]
     fn failed_modify_warns_once_and_posts_nothing() -> Result {
@@ -612,6 +614,36 @@ mod fault_tests {
         assert_eq!(warns, Some(1));
         assert_eq!(FAKE.polls.load(SeqCst), 400);
         assert!(FAKE.posted_cqe.load(SeqCst).is_null());
+        Ok(())
+    }
+
+    /// The same on a softirq CQ, where the drain sleeps untimed: the
+    /// watchdog wakes it once for its report (one WARN), and it goes back to
+    /// sleep until the marker, completed by a worker after ~6 s, is reaped.
+    #[test]
+    fn stuck_drain_on_a_softirq_cq_is_woken_to_warn() -> Result {
+        static LATE_SENT: AtomicBool = AtomicBool::new(false);
+        let mut s = Setup::new(SOFTIRQ)?;
+        FAKE.complete_on_post.store(false, SeqCst);
+        LATE_SENT.store(false, SeqCst);
+        // The CQ outlives the worker: the drain below returns only after the
+        // worker has completed the marker on it.
+        let cq = core::ptr::from_mut(&mut *s.recv_cq) as usize;
+        workqueue::system_long().try_spawn(GFP_KERNEL, move || {
+            fsleep(Delta::from_millis(6_000));
+            let cqe = FAKE.posted_cqe.swap(null_mut(), SeqCst);
+            LATE_SENT.store(true, SeqCst);
+            if !cqe.is_null() {
+                // SAFETY: `cqe` is the posted marker, `cq` the fake's CQ.
+                unsafe { complete(cq as *mut bindings::ib_cq, cqe) };
+            }
+        })?;
+        let qp = s.qp();
+        // SAFETY: A valid fake QP; nothing else posts.
+        let warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
+        assert_eq!(warns, Some(1));
+        assert!(LATE_SENT.load(SeqCst));
+        assert_eq!(FAKE.post_recv_calls.load(SeqCst), 1);
         Ok(())
     }
 

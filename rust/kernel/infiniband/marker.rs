@@ -5,15 +5,22 @@
 //! A drain posts one work request behind everything else on the queue and
 //! waits until the consumer has reaped its completion. Completions are reaped
 //! in order, so by then every earlier completion has been consumed.
+//!
+//! A drain that waits too long must say so, but a timer per wait costs about
+//! as much as the rest of the drain's own work. So the waits are untimed, and
+//! one watchdog, which runs only while drains wait, wakes those that wait too
+//! long so that they can report themselves.
 
 use crate::{
-    bindings, container_of,
+    bindings, container_of, new_spinlock,
     prelude::*,
-    sync::Completion,
-    time::{msecs_to_jiffies, Jiffies},
+    sync::{atomic::Acquire, atomic::Atomic, atomic::Relaxed, atomic::Release},
+    sync::{Arc, Completion, SetOnce, SpinLock},
+    time::msecs_to_jiffies,
     types::Opaque,
+    workqueue::{self, impl_has_delayed_work, new_delayed_work, DelayedWork, WorkItem},
 };
-use core::cell::Cell;
+use core::{cell::Cell, marker::PhantomPinned, ptr::null};
 
 /// A drain marker: an `ib_cqe` whose `done` callback completes a [`Completion`].
 ///
@@ -32,6 +39,10 @@ pub struct DrainMarker {
     #[pin]
     done: Completion,
     state: Cell<State>,
+    /// The watchdog has woken the waiter, which has not looked yet.
+    poked: Atomic<bool>,
+    /// Its place on the watchdog's list while a drain waits on it.
+    watch: Watch,
 }
 
 /// Where a marker is in its one use.
@@ -56,6 +67,8 @@ impl DrainMarker {
             }),
             done <- Completion::new(),
             state: Cell::new(State::Fresh),
+            poked: Atomic::new(false),
+            watch: Watch::new(),
         })
     }
 
@@ -105,17 +118,201 @@ impl DrainMarker {
         done
     }
 
-    /// Waits at most `timeout` for the marker's completion to be reaped.
-    ///
-    /// Returns `true` if it was.
+    /// Waits, however long it takes, until the marker's completion has been
+    /// reaped, and calls `stuck` every `every_ms` milliseconds (give or take a
+    /// second) while it waits.
     #[inline]
-    pub fn wait_timeout(&self, timeout: Jiffies) -> bool {
-        let done = self.done.wait_for_completion_timeout(timeout);
-        if done {
-            // As in `is_done`.
+    pub fn wait_reporting(self: Pin<&Self>, every_ms: u32, mut stuck: impl FnMut()) {
+        let Some(dog) = Watchdog::get() else {
+            // No watchdog (it could not be allocated): a timer per wait.
+            while !self
+                .done
+                .wait_for_completion_timeout(msecs_to_jiffies(every_ms))
+            {
+                stuck();
+            }
             self.state.set(State::Reaped);
+            return;
+        };
+        dog.add(self, every_ms);
+        loop {
+            self.done.wait_for_completion();
+            // Not poked: only the marker's `complete_all()` can have woken us,
+            // and the wait saw it finish.
+            if !self.poked.load(Acquire) {
+                break;
+            }
+            // The poke's count is used up, and no other poke comes while
+            // `poked` is set: only `complete_all()` can make this true.
+            if self.done.completion_done() {
+                break;
+            }
+            stuck();
+            self.poked.store(false, Release);
         }
-        done
+        dog.remove(self);
+        self.state.set(State::Reaped);
+    }
+}
+
+/// How often the watchdog looks at the waiting drains, in milliseconds.
+const WATCHDOG_TICK_MS: u32 = 1_000;
+
+/// A marker's links on the watchdog's list.
+///
+/// # Invariants
+///
+/// The fields are only accessed with the watchdog's lock held.
+struct Watch {
+    prev: Cell<*const DrainMarker>,
+    next: Cell<*const DrainMarker>,
+    /// Watchdog ticks between two reports, and ticks left until the next.
+    every: Cell<u32>,
+    left: Cell<u32>,
+    _pin: PhantomPinned,
+}
+
+impl Watch {
+    const fn new() -> Self {
+        Self {
+            prev: Cell::new(null()),
+            next: Cell::new(null()),
+            every: Cell::new(0),
+            left: Cell::new(0),
+            _pin: PhantomPinned,
+        }
+    }
+}
+
+/// The head of the watchdog's list of waiting markers.
+///
+/// # Invariants
+///
+/// `first` and the markers' `watch` links form a doubly linked list of
+/// pinned, live markers: a marker is added by its waiter and taken off by the
+/// same waiter, under the lock that protects this, before the waiter returns.
+struct Waiting {
+    first: *const DrainMarker,
+    /// The watchdog will run (again).
+    armed: bool,
+}
+
+// SAFETY: The markers on the list are only touched with the lock held that
+// protects `Waiting`, from whichever task holds it.
+unsafe impl Send for Waiting {}
+
+/// Wakes drains that have waited too long on their markers, so that they
+/// report themselves. Runs once a tick while any drain waits, and not at all
+/// otherwise, on the power-efficient system queue (it is housekeeping).
+#[pin_data]
+struct Watchdog {
+    #[pin]
+    waiting: SpinLock<Waiting>,
+    #[pin]
+    work: DelayedWork<Watchdog>,
+}
+
+impl_has_delayed_work! {
+    impl HasDelayedWork<Self> for Watchdog { self.work }
+}
+
+/// The one watchdog, allocated by the first drain that waits.
+static WATCHDOG: SetOnce<Arc<Watchdog>> = SetOnce::new();
+
+impl Watchdog {
+    #[inline]
+    fn get() -> Option<&'static Arc<Watchdog>> {
+        if let Some(dog) = WATCHDOG.as_ref() {
+            return Some(dog);
+        }
+        let dog = Arc::pin_init(
+            pin_init!(Self {
+                waiting <- new_spinlock!(Waiting { first: null(), armed: false }),
+                work <- new_delayed_work!("ib_drain_watchdog"),
+            }),
+            GFP_KERNEL,
+        )
+        .ok()?;
+        // A racing drain may have set it first (then this one is freed), or
+        // may still be setting it (then this drain uses a timer).
+        WATCHDOG.populate(dog);
+        WATCHDOG.as_ref()
+    }
+
+    /// Puts `marker` on the list, and makes sure that the watchdog runs.
+    #[inline]
+    fn add(self: &Arc<Self>, marker: Pin<&DrainMarker>, every_ms: u32) {
+        let m: *const DrainMarker = &*marker;
+        let ticks = (every_ms / WATCHDOG_TICK_MS).max(1);
+        let mut w = self.waiting.lock();
+        marker.watch.prev.set(null());
+        marker.watch.next.set(w.first);
+        marker.watch.every.set(ticks);
+        marker.watch.left.set(ticks);
+        if !w.first.is_null() {
+            // SAFETY: Markers on the list are alive: they leave it (under this
+            // lock) before their waiter returns.
+            unsafe { (*w.first).watch.prev.set(m) };
+        }
+        // INVARIANT: `marker` is pinned, and its waiter removes it before it
+        // returns (`wait_reporting`).
+        w.first = m;
+        if !w.armed {
+            // Pending already or queued now: it runs either way.
+            let _ = workqueue::system_power_efficient()
+                .enqueue_delayed(self.clone(), msecs_to_jiffies(WATCHDOG_TICK_MS));
+            w.armed = true;
+        }
+    }
+
+    /// Takes `marker` off the list.
+    #[inline]
+    fn remove(&self, marker: Pin<&DrainMarker>) {
+        let mut w = self.waiting.lock();
+        let (prev, next) = (marker.watch.prev.get(), marker.watch.next.get());
+        // SAFETY: Neighbours on the list are alive, as in `add`.
+        // INVARIANT: The list stays linked without `marker`.
+        unsafe {
+            if !next.is_null() {
+                (*next).watch.prev.set(prev);
+            }
+            if prev.is_null() {
+                w.first = next;
+            } else {
+                (*prev).watch.next.set(next);
+            }
+        }
+    }
+}
+
+impl WorkItem for Watchdog {
+    type Pointer = Arc<Watchdog>;
+
+    fn run(this: Arc<Watchdog>) {
+        let mut w = this.waiting.lock();
+        let mut m = w.first;
+        while !m.is_null() {
+            // SAFETY: Markers on the list are alive, as in `add`. From here,
+            // only `watch` (under the lock), the atomic `poked` and the `Sync`
+            // `done` are used.
+            let marker = unsafe { &*m };
+            let left = marker.watch.left.get() - 1;
+            // A waiter that has not looked at its last poke yet gets no other.
+            if left == 0 && !marker.poked.load(Relaxed) {
+                marker.watch.left.set(marker.watch.every.get());
+                // Before the wake-up: the woken waiter must see it.
+                marker.poked.store(true, Relaxed);
+                marker.done.complete();
+            } else {
+                marker.watch.left.set(left.max(1));
+            }
+            m = marker.watch.next.get();
+        }
+        w.armed = !w.first.is_null();
+        if w.armed {
+            let _ = workqueue::system_power_efficient()
+                .enqueue_delayed(this.clone(), msecs_to_jiffies(WATCHDOG_TICK_MS));
+        }
     }
 }
 
