@@ -230,7 +230,10 @@ impl Watchdog {
                 waiting <- new_spinlock!(Waiting { first: null(), armed: false }),
                 work <- new_delayed_work!("ib_drain_watchdog"),
             }),
-            GFP_KERNEL,
+            // Drains run in I/O error recovery, perhaps under memory pressure:
+            // no reclaim here. Without the watchdog, drains use timed waits,
+            // and the next one tries again.
+            GFP_NOWAIT | __GFP_NOWARN,
         )
         .ok()?;
         // A racing drain may have set it first (then this one is freed), or
