@@ -627,9 +627,11 @@ mod fault_tests {
     #[test]
     fn stuck_drain_on_a_softirq_cq_is_woken_to_warn() -> Result {
         static LATE_SENT: AtomicBool = AtomicBool::new(false);
+        static WORKER_DONE: AtomicBool = AtomicBool::new(false);
         let mut s = Setup::new(SOFTIRQ)?;
         FAKE.complete_on_post.store(false, SeqCst);
         LATE_SENT.store(false, SeqCst);
+        WORKER_DONE.store(false, SeqCst);
         // The CQ outlives the worker: the drain below returns only after the
         // worker has completed the marker on it.
         let cq = core::ptr::from_mut(&mut *s.recv_cq) as usize;
@@ -641,10 +643,19 @@ mod fault_tests {
                 // SAFETY: `cqe` is the posted marker, `cq` the fake's CQ.
                 unsafe { complete(cq as *mut bindings::ib_cq, cqe) };
             }
+            WORKER_DONE.store(true, SeqCst);
         })?;
         let qp = s.qp();
         // SAFETY: A valid fake QP; nothing else posts.
         let warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
+        // Whatever the drain did, the fake CQ stays until the worker is done.
+        for _ in 0..10_000 {
+            if WORKER_DONE.load(SeqCst) {
+                break;
+            }
+            fsleep(Delta::from_millis(1));
+        }
+        assert!(WORKER_DONE.load(SeqCst));
         assert_eq!(warns, Some(1));
         assert!(LATE_SENT.load(SeqCst));
         assert_eq!(FAKE.post_recv_calls.load(SeqCst), 1);
