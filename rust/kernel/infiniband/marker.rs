@@ -120,9 +120,12 @@ impl DrainMarker {
 
     /// Waits, however long it takes, until the marker's completion has been
     /// reaped, and calls `stuck` every `every_ms` milliseconds (give or take a
-    /// second) while it waits.
+    /// second) while it waits. Returns at once if the marker is not posted.
     #[inline]
     pub fn wait_reporting(self: Pin<&Self>, every_ms: u32, mut stuck: impl FnMut()) {
+        if self.state.get() != State::Posted {
+            return;
+        }
         let Some(dog) = Watchdog::get() else {
             // No watchdog (it could not be allocated): a timer per wait.
             while !self
