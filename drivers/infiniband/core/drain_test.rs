@@ -573,6 +573,7 @@ mod tests {
 #[kunit_tests(rdma_drain_unit_faults)]
 mod fault_tests {
     use super::*;
+    use kernel::io::poll::read_poll_timeout;
     use kernel::time::{delay::fsleep, Delta};
     use kernel::workqueue;
 
@@ -648,16 +649,21 @@ mod fault_tests {
         let qp = s.qp();
         // SAFETY: A valid fake QP; nothing else posts.
         let warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
+        // Read before waiting for the worker, which sets it first.
+        let sent_before_return = LATE_SENT.load(SeqCst);
+        // A drain that returned too early left its marker, now a dead stack
+        // slot, posted: the worker must not complete it.
+        FAKE.posted_cqe.store(null_mut(), SeqCst);
         // Whatever the drain did, the fake CQ stays until the worker is done.
-        for _ in 0..10_000 {
-            if WORKER_DONE.load(SeqCst) {
-                break;
-            }
-            fsleep(Delta::from_millis(1));
-        }
-        assert!(WORKER_DONE.load(SeqCst));
+        let worker_done = read_poll_timeout(
+            || Ok(WORKER_DONE.load(SeqCst)),
+            |&done| done,
+            Delta::from_millis(1),
+            Delta::from_secs(10),
+        );
+        assert!(worker_done.is_ok());
         assert_eq!(warns, Some(1));
-        assert!(LATE_SENT.load(SeqCst));
+        assert!(sent_before_return);
         assert_eq!(FAKE.post_recv_calls.load(SeqCst), 1);
         Ok(())
     }
