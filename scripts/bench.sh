@@ -11,6 +11,7 @@ samples=${1:-${SAMPLES:-200}}
 log=$CACHE/logs/console-bench.log
 rm -f "$log"
 BOOT_TIMEOUT=${BOOT_TIMEOUT:-3000} "$TOP/scripts/boot.sh" bench "$log" "rust_drain_bench=$samples"
+vcpus_up "$log" || die bench "$log" "the guest did not bring up all its vCPUs"
 grep -q 'rdma_drain_bench: end,ok' "$log" ||
 	die bench "$log" "the benchmark did not finish"
 python3 "$TOP/scripts/bench-report.py" "$log" "$TOP/out/bench"

@@ -22,7 +22,7 @@ khz=$(awk -F: '/^cpu MHz/ { printf "%d", $2 * 1000; exit }' /proc/cpuinfo 2>/dev
 step "boot: $flavour kernel (console: $log)"
 rc=0
 timeout --foreground -k 10 "$timeout_s" qemu-system-x86_64 \
-	-machine q35 -cpu max,+arat -smp 2 -m 2G \
+	-machine q35 -cpu max,+arat -smp "$GUEST_CPUS" -m 2G \
 	-kernel "$build/arch/x86/boot/bzImage" \
 	-initrd "$build/initramfs.cpio.gz" \
 	-append "$tsc console=ttyS0 panic=-1 oops=panic rdinit=/init loglevel=7 $*" \

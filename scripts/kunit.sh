@@ -18,5 +18,7 @@ step "kunit.py run (build dir $CACHE/build-kunit)"
 unshare -m sh -c 'if [ -e /dev/kvm ]; then mount --bind /dev/null /dev/kvm; fi; "$@"' sh \
 	tools/testing/kunit/kunit.py run --arch=x86_64 --make_options LLVM=1 \
 	--build_dir="$CACHE/build-kunit" --kunitconfig=drivers/infiniband/core \
-	--timeout=600 "$@" || die kunit "" "kunit.py run failed"
+	--timeout=600 --qemu_args="-smp $GUEST_CPUS" "$@" || die kunit "" "kunit.py run failed"
+vcpus_up "$CACHE/build-kunit/test.log" ||
+	die kunit "$CACHE/build-kunit/test.log" "the guest did not bring up all its vCPUs"
 done_step

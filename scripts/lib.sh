@@ -11,6 +11,11 @@ KVER_PIN=7.3.4-1~bpo13+1
 BINDGEN_VERSION=0.73.2
 LLVM_BIN=/usr/lib/llvm-19/bin
 
+# vCPUs of every test VM: all of the host's, and at least two, so that the
+# concurrency tests really run concurrently. The guest must bring up all
+# of them (vcpus_up).
+GUEST_CPUS=${GUEST_CPUS:-$(($(nproc) > 2 ? $(nproc) : 2))}
+
 export PATH="$LLVM_BIN:$CACHE/tools/bin:$HOME/.cargo/bin:$PATH"
 export LIBCLANG_PATH=/usr/lib/llvm-19/lib
 
@@ -58,4 +63,13 @@ run_logged() {
 overlay_hash() {
 	(cd "$TOP" && find rust drivers patches -type f 2>/dev/null |
 		LC_ALL=C sort | xargs sha256sum) | sha256sum | cut -c1-16
+}
+
+# vcpus_up LOG: the kernel whose console is LOG brought up all GUEST_CPUS
+# vCPUs. Prints what it found; non-zero if it found fewer.
+vcpus_up() {
+	local n
+	n=$(tr -d '\r' <"$1" | sed -n 's/.*smp: Brought up [0-9]* nodes\?, \([0-9]*\) CPUs\?$/\1/p' | tail -n 1)
+	echo "vcpus: QEMU gave $GUEST_CPUS, the guest brought up ${n:-none}"
+	[ "${n:-0}" = "$GUEST_CPUS" ]
 }

@@ -13,6 +13,9 @@ sym_rc=0
 "$TOP/scripts/check-symbols.sh" "$CACHE/build-$flavour" >"$CACHE/logs/check-symbols.log" 2>&1 || sym_rc=$?
 # shellcheck disable=SC2086 # KERNEL_ARGS is a list of words
 "$TOP/scripts/boot.sh" "$flavour" "$log" ${KERNEL_ARGS:-}
+# Concurrency tests prove little on one CPU: the guest must run on all.
+cpu_rc=0
+vcpus_up "$log" >"$CACHE/logs/vcpus.log" || cpu_rc=$?
 
 if [ "$mode" = demo ]; then
 	echo "== demo: what the booted test kernel did (full log: $log)"
@@ -20,12 +23,12 @@ if [ "$mode" = demo ]; then
 		'^infiniband rxe0|^ok [0-9]+ (rdma_rxe_setup|rdma_drain_abi|rdma_drain_unit|rdma_drain_rxe|nvme_rdma_rxe)$|exported_drain_is_rust|cq_drain_complete events' |
 		grep -v speed | sed 's/^/   /'
 	echo "== the exported drain, in the built objects:"
-	sed 's/^/   /' "$CACHE/logs/check-symbols.log"
+	sed 's/^/   /' "$CACHE/logs/check-symbols.log" "$CACHE/logs/vcpus.log"
 	echo "== make test runs every suite and ends with 'N passed, N failed'"
 	exit 0
 fi
-cat "$CACHE/logs/check-symbols.log"
+cat "$CACHE/logs/check-symbols.log" "$CACHE/logs/vcpus.log"
 rc=0
-python3 "$TOP/scripts/results.py" "$CACHE/src" "$log" "check_symbols=$sym_rc" || rc=$?
+python3 "$TOP/scripts/results.py" "$CACHE/src" "$log" "check_symbols=$sym_rc" "all_vcpus_up=$cpu_rc" || rc=$?
 [ "$rc" = 0 ] || echo "console log: $log"
 exit "$rc"
