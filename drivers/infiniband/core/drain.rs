@@ -219,8 +219,10 @@ fn drain_srq(rq: &mut RecvQueue<'_>) {
 mod tests {
     use kernel::bindings;
 
-    /// The `ib_drain_*` that C callers and the module loader resolve is the
-    /// Rust definition in this file, not the C one in verbs.c.
+    /// The `ib_drain_*` that ib_core's C resolves is the Rust definition in
+    /// this file, not the C one in verbs.c. Its export (`EXPORT_SYMBOL` in
+    /// verbs.c), which the module loader gives other modules, is resolved by
+    /// the same link, built in or as ib_core.ko.
     #[test]
     fn exported_drain_is_rust() {
         assert_eq!(

@@ -136,6 +136,7 @@ impl Cq {
     ///
     /// The caller must be allowed to reap this CQ's completions: a direct CQ,
     /// or the C drain contract for an SRQ's CQ.
+    #[inline]
     pub(crate) unsafe fn process_direct(&self, budget: i32) -> i32 {
         // SAFETY: The CQ is valid, and the caller guarantees that nobody else
         // polls it concurrently.
@@ -191,6 +192,7 @@ unsafe impl Sync for OwnedCq<'_> {}
 
 impl<'d> OwnedCq<'d> {
     /// Allocates a CQ with `entries` entries on `dev`, polled in `ctx`.
+    #[inline]
     pub fn alloc(
         dev: &'d Device,
         entries: u32,
@@ -220,6 +222,7 @@ impl<'d> OwnedCq<'d> {
     }
 
     /// Reserves `n` entries for a work queue; `EBUSY` if the CQ has no room.
+    #[inline]
     pub(crate) fn reserve(&self, n: u32) -> Result {
         self.reserved
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| {
@@ -230,11 +233,13 @@ impl<'d> OwnedCq<'d> {
     }
 
     /// Returns `n` entries reserved with [`OwnedCq::reserve`].
+    #[inline]
     pub(crate) fn unreserve(&self, n: u32) {
         self.reserved.fetch_sub(n, Ordering::Relaxed);
     }
 
     /// Returns the number of entries not yet reserved by QPs.
+    #[inline]
     pub fn available(&self) -> u32 {
         self.capacity - self.reserved.load(Ordering::Relaxed)
     }
@@ -243,6 +248,7 @@ impl<'d> OwnedCq<'d> {
 impl Deref for OwnedCq<'_> {
     type Target = Cq;
 
+    #[inline]
     fn deref(&self) -> &Cq {
         // SAFETY: By the type invariant the CQ is valid while `self` lives.
         unsafe { Cq::from_raw(self.ptr.as_ptr()) }
@@ -250,6 +256,7 @@ impl Deref for OwnedCq<'_> {
 }
 
 impl Drop for OwnedCq<'_> {
+    #[inline]
     fn drop(&mut self) {
         // SAFETY: By the type invariant we own the CQ, and it came from
         // ib_alloc_cq(); the QPs on it borrow `self`, so they are gone.

@@ -84,6 +84,7 @@ unsafe impl Sync for DeviceRef {}
 impl DeviceRef {
     /// Finds the RDMA device bound to the network device `netdev` (in the
     /// initial network namespace), such as the `dummy0` of an rxe device.
+    #[inline]
     pub fn get_by_netdev(netdev: &CStr) -> Result<Self> {
         let net = &raw mut bindings::init_net;
         // SAFETY: Under the RCU read lock the netdev found stays valid, and
@@ -110,6 +111,7 @@ impl DeviceRef {
 impl Deref for DeviceRef {
     type Target = Device;
 
+    #[inline]
     fn deref(&self) -> &Device {
         // SAFETY: By the type invariant the device is valid while `self` lives.
         unsafe { Device::from_raw(self.ptr.as_ptr()) }
@@ -117,6 +119,7 @@ impl Deref for DeviceRef {
 }
 
 impl Drop for DeviceRef {
+    #[inline]
     fn drop(&mut self) {
         // SAFETY: By the type invariant `self` holds one reference.
         unsafe { bindings::ib_device_put(self.ptr.as_ptr()) };
@@ -135,6 +138,7 @@ pub struct GidAttr {
 
 impl GidAttr {
     /// Returns the entry `index` of `port`'s GID table.
+    #[inline]
     pub fn get(dev: &Device, port: u32, index: u32) -> Result<Self> {
         let index = i32::try_from(index).map_err(|_| EINVAL)?;
         // SAFETY: `dev` is a valid device.
@@ -146,6 +150,7 @@ impl GidAttr {
     }
 
     /// Returns the first entry of `port` whose GID is an IPv4 address.
+    #[inline]
     pub fn find_ipv4(dev: &Device, port: u32) -> Result<Self> {
         (0..16)
             .filter_map(|i| Self::get(dev, port, i).ok())
@@ -153,29 +158,34 @@ impl GidAttr {
             .ok_or(ENOENT)
     }
 
+    #[inline]
     fn raw(&self) -> &bindings::ib_gid_attr {
         // SAFETY: By the type invariant the entry is valid and held.
         unsafe { self.ptr.as_ref() }
     }
 
     /// Returns the GID.
+    #[inline]
     pub fn gid(&self) -> [u8; 16] {
         // SAFETY: Every bit pattern of the union is a valid `raw`.
         unsafe { self.raw().gid.raw }
     }
 
     /// Returns the index of the entry in its table.
+    #[inline]
     pub fn index(&self) -> u32 {
         u32::from(self.raw().index)
     }
 
     /// Returns `true` if the GID is an IPv4-mapped IPv6 address.
+    #[inline]
     pub fn is_ipv4(&self) -> bool {
         let g = self.gid();
         g[..10].iter().all(|&b| b == 0) && g[10] == 0xff && g[11] == 0xff
     }
 
     /// Returns the MAC address of the entry's network device.
+    #[inline]
     pub fn mac(&self) -> Result<[u8; 6]> {
         let mut mac = [0u8; 6];
         // SAFETY: The entry is valid; `mac` has room for ETH_ALEN bytes.
@@ -191,6 +201,7 @@ impl GidAttr {
 }
 
 impl Drop for GidAttr {
+    #[inline]
     fn drop(&mut self) {
         // SAFETY: By the type invariant `self` holds one reference.
         unsafe { bindings::rdma_put_gid_attr(self.ptr.as_ptr()) };

@@ -78,6 +78,7 @@ impl DrainMarker {
     ///
     /// `wc` must be a valid work completion whose `wr_cqe` is the `cqe` of a
     /// live [`DrainMarker`].
+    #[inline(never)]
     unsafe extern "C" fn done_callback(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
         // SAFETY: The caller guarantees that `wc` is valid.
         let cqe = unsafe { (*wc).__bindgen_anon_1.wr_cqe };
@@ -222,8 +223,11 @@ impl_has_delayed_work! {
 /// The one watchdog, allocated by the first drain that waits.
 static WATCHDOG: SetOnce<Arc<Watchdog>> = SetOnce::new();
 
+// Never inlined, unlike the rest of this module: the watchdog outlives the
+// drains, so its work function must be in vmlinux, not in the module (ib_core,
+// or a ULP) whose drain happened to create it.
 impl Watchdog {
-    #[inline]
+    #[inline(never)]
     fn get() -> Option<&'static Arc<Watchdog>> {
         if let Some(dog) = WATCHDOG.as_ref() {
             return Some(dog);
@@ -246,7 +250,7 @@ impl Watchdog {
     }
 
     /// Puts `marker` on the list, and makes sure that the watchdog runs.
-    #[inline]
+    #[inline(never)]
     fn add(self: &Arc<Self>, marker: Pin<&DrainMarker>, every_ms: u32) {
         let m: *const DrainMarker = &*marker;
         let ticks = (every_ms / WATCHDOG_TICK_MS).max(1);
@@ -272,7 +276,7 @@ impl Watchdog {
     }
 
     /// Takes `marker` off the list.
-    #[inline]
+    #[inline(never)]
     fn remove(&self, marker: Pin<&DrainMarker>) {
         let mut w = self.waiting.lock();
         let (prev, next) = (marker.watch.prev.get(), marker.watch.next.get());
@@ -294,6 +298,7 @@ impl Watchdog {
 impl WorkItem for Watchdog {
     type Pointer = Arc<Watchdog>;
 
+    #[inline(never)]
     fn run(this: Arc<Watchdog>) {
         let mut w = this.waiting.lock();
         let mut m = w.first;

@@ -7,6 +7,13 @@
 //! on a work queue, and draining it, need the queue's [`RecvQueue`] or
 //! [`SendQueue`] token by `&mut`, so no other context can post during a drain.
 //!
+//! ib_core may be a module (`CONFIG_INFINIBAND=m`, as distributions build it),
+//! and this crate is part of vmlinux, which cannot call into a module. So every
+//! function here that reaches ib_core is `#[inline]` or generic: it is compiled
+//! into the module that uses it (ib_core's own drain, or a ULP), never into
+//! vmlinux. The drain watchdog is the one exception, the other way round: it
+//! outlives the drains, so it stays in vmlinux.
+//!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
 mod cq;

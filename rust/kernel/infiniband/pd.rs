@@ -27,6 +27,7 @@ unsafe impl Sync for Pd<'_> {}
 
 impl<'d> Pd<'d> {
     /// Allocates a protection domain on `dev`.
+    #[inline]
     pub fn alloc(dev: &'d Device) -> Result<Self> {
         // SAFETY: `dev` is a valid, registered device.
         let ptr = from_err_ptr(unsafe {
@@ -42,12 +43,14 @@ impl<'d> Pd<'d> {
     }
 
     /// Returns the raw `struct ib_pd` pointer.
+    #[inline]
     pub fn as_raw(&self) -> *mut bindings::ib_pd {
         self.ptr.as_ptr()
     }
 }
 
 impl Drop for Pd<'_> {
+    #[inline]
     fn drop(&mut self) {
         // SAFETY: By the type invariant we own the PD; the QPs on it borrow
         // `self`, so they are gone already.

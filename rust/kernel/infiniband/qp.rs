@@ -112,6 +112,7 @@ impl Qp {
 
     /// Waits at most `timeout` for the `IB_EVENT_QP_LAST_WQE_REACHED` event of a
     /// QP on an SRQ. Returns `true` if it arrived.
+    #[inline]
     pub fn wait_last_wqe_reached(&self, timeout: Jiffies) -> bool {
         // SAFETY: `srq_completion` of a valid QP is initialized when the QP is
         // created and completed by the core's QP event handler.
@@ -146,6 +147,7 @@ impl Qp {
     ///
     /// While the token lives, no other context may post receive work requests
     /// on this QP.
+    #[inline]
     pub unsafe fn recv_queue(&self) -> RecvQueue<'_> {
         // INVARIANT: The caller guarantees exclusive posting.
         RecvQueue {
@@ -160,6 +162,7 @@ impl Qp {
     ///
     /// While the token lives, no other context may post send work requests on
     /// this QP.
+    #[inline]
     pub unsafe fn send_queue(&self) -> SendQueue<'_> {
         // INVARIANT: The caller guarantees exclusive posting.
         SendQueue {
@@ -185,6 +188,7 @@ pub trait WorkQueue<'a> {
 
     /// Returns `true` if the QP takes this queue's work requests from a shared
     /// queue: the QP then has no queue of its own to post a marker on.
+    #[inline]
     fn is_shared(&self) -> bool {
         false
     }
@@ -194,6 +198,7 @@ pub trait WorkQueue<'a> {
 
     /// Polls the queue's CQ in the caller's context; returns how many
     /// completions were reaped.
+    #[inline]
     fn poll_cq(&mut self) -> i32 {
         match self.cq() {
             // SAFETY: Direct processing may run beside other pollers: it reaps
@@ -259,6 +264,7 @@ impl<'a> WorkQueue<'a> for RecvQueue<'a> {
 impl<'a> RecvQueue<'a> {
     /// The CQ that the completions of a QP on an SRQ go to: the SRQ's own CQ
     /// for the SRQ types that have one, the QP's receive CQ otherwise.
+    #[inline]
     pub fn srq_cq(&self) -> Option<&'a Cq> {
         // SAFETY: The QP is valid, and so is its SRQ when it has one.
         let cq = unsafe {
@@ -278,6 +284,7 @@ impl<'a> RecvQueue<'a> {
     }
 
     /// Polls at most `budget` completions from `cq` in the caller's context.
+    #[inline]
     pub fn poll_srq_cq(&mut self, cq: &Cq, budget: i32) -> i32 {
         // SAFETY: As for `WorkQueue::poll_cq`.
         unsafe { cq.process_direct(budget) }
@@ -337,6 +344,7 @@ impl<'a> WorkQueue<'a> for SendQueue<'a> {
 impl RecvQueue<'_> {
     /// Reaps the receive CQ in the caller's context, if it is polled
     /// directly ([`PollContext::Direct`]); returns how many completions.
+    #[inline]
     pub fn poll_cq_direct(&mut self) -> i32 {
         match self.cq() {
             Some(cq) if cq.poll_context() == Some(super::PollContext::Direct) => self.poll_cq(),
@@ -349,6 +357,7 @@ impl RecvQueue<'_> {
     ///
     /// On an [`OwnedQp`], fails with `EBUSY` while the queue holds as many
     /// receives as its depth.
+    #[inline]
     pub fn post<H: CompletionHandler>(&mut self, cqe: Pin<&Cqe<H>>) -> Result {
         let mut wr = bindings::ib_recv_wr::default();
         let wr_cqe = take_slot(self.slots, &cqe)?;
@@ -368,6 +377,7 @@ impl RecvQueue<'_> {
 
 /// Counts a work request posted with `cqe` and, on a bounded queue, takes a
 /// slot for it; returns the `ib_cqe` to post.
+#[inline]
 fn take_slot<H: CompletionHandler>(
     slots: Option<&WrSlots>,
     cqe: &Cqe<H>,
@@ -384,6 +394,7 @@ fn take_slot<H: CompletionHandler>(
 }
 
 /// Undoes [`take_slot`] for a work request that was not posted.
+#[inline]
 fn put_unposted<H: CompletionHandler>(
     slots: Option<&WrSlots>,
     cqe: &Cqe<H>,
@@ -400,6 +411,7 @@ impl SendQueue<'_> {
     ///
     /// On an [`OwnedQp`], fails with `EBUSY` while the queue holds as many
     /// sends as its depth.
+    #[inline]
     pub fn post_send<H: CompletionHandler>(&mut self, cqe: Pin<&Cqe<H>>) -> Result {
         let mut wr = bindings::ib_send_wr::default();
         let wr_cqe = take_slot(self.slots, &cqe)?;
@@ -476,6 +488,7 @@ impl<'a> OwnedQp<'a> {
     /// Creates an RC QP on `pd` with the given CQs and queue depths.
     ///
     /// Fails with `EBUSY` if a CQ has no room for the new queues.
+    #[inline]
     pub fn create_rc(
         pd: &'a Pd<'a>,
         send_cq: &'a OwnedCq<'a>,
@@ -488,6 +501,7 @@ impl<'a> OwnedQp<'a> {
 
     /// Creates an RC QP on `pd` that receives through `srq`, on the SRQ's CQ.
     /// `config.recv_depth` must be 0.
+    #[inline]
     pub fn create_rc_on_srq<H: CompletionHandler>(
         pd: &'a Pd<'a>,
         send_cq: &'a OwnedCq<'a>,
@@ -500,6 +514,7 @@ impl<'a> OwnedQp<'a> {
         Self::create(pd, send_cq, srq.cq(), Some(srq.as_raw()), config, 0)
     }
 
+    #[inline]
     fn create(
         pd: &'a Pd<'a>,
         send_cq: &'a OwnedCq<'a>,
@@ -568,17 +583,20 @@ impl<'a> OwnedQp<'a> {
 
     /// Returns how many Last WQE Reached events the QP has had: a QP on an
     /// SRQ has one when it enters the error state.
+    #[inline]
     pub fn last_wqe_events(&self) -> u32 {
         self.events.last_wqe.load(Ordering::Relaxed)
     }
 
     /// Returns the queue depths the QP was created with.
+    #[inline]
     pub fn config(&self) -> QpConfig {
         self.config
     }
 
     /// Moves the new QP to the INIT state on `port`, so that receives can be
     /// posted; local writes only.
+    #[inline]
     pub fn init(&mut self, port: u32) -> Result {
         let mut attr = bindings::ib_qp_attr {
             qp_state: bindings::ib_qp_state_IB_QPS_INIT,
@@ -600,6 +618,7 @@ impl<'a> OwnedQp<'a> {
 
     /// Connects the QP, in INIT, to the QP numbered `remote_qpn` that is
     /// reachable through `gid` (RoCE): INIT -> RTR -> RTS.
+    #[inline]
     pub fn connect(&mut self, gid: &GidAttr, remote_qpn: u32) -> Result {
         let mut attr = bindings::ib_qp_attr {
             qp_state: bindings::ib_qp_state_IB_QPS_RTR,
@@ -653,6 +672,7 @@ impl<'a> OwnedQp<'a> {
     /// with work requests not completed yet (its slots tell) is drained
     /// first: RESET discards work requests without completing them, and
     /// their `Cqe` would wait forever.
+    #[inline]
     pub fn reset(&mut self) -> Result {
         if self.in_reset {
             return Ok(());
@@ -669,6 +689,7 @@ impl<'a> OwnedQp<'a> {
     }
 
     /// Returns the receive queue's posting token.
+    #[inline]
     pub fn rq(&mut self) -> RecvQueue<'_> {
         // INVARIANT: `&mut self` excludes every other poster on this QP; the
         // slots are the receive queue's.
@@ -679,6 +700,7 @@ impl<'a> OwnedQp<'a> {
     }
 
     /// Returns the send queue's posting token.
+    #[inline]
     pub fn sq(&mut self) -> SendQueue<'_> {
         // INVARIANT: As for `rq`, for the send queue.
         SendQueue {
@@ -689,6 +711,7 @@ impl<'a> OwnedQp<'a> {
 
     /// Blocks until every receive completion has been consumed
     /// (`ib_drain_rq()`). The QP is in the error state afterwards.
+    #[inline]
     pub fn drain_rq(&mut self) {
         // SAFETY: The QP is valid, and `&mut self` excludes other posters.
         unsafe { bindings::ib_drain_rq(self.as_raw()) }
@@ -697,6 +720,7 @@ impl<'a> OwnedQp<'a> {
     /// Drains the receive queue with the C drain that the Rust one replaced
     /// (`ib_drain_rq_c()`), for side-by-side measurements. Test only.
     #[cfg(CONFIG_INFINIBAND_DRAIN_C_REFERENCE)]
+    #[inline]
     pub fn drain_rq_c_reference(&mut self) {
         extern "C" {
             fn ib_drain_rq_c(qp: *mut bindings::ib_qp);
@@ -706,12 +730,14 @@ impl<'a> OwnedQp<'a> {
     }
 
     /// Blocks until every send completion has been consumed (`ib_drain_sq()`).
+    #[inline]
     pub fn drain_sq(&mut self) {
         // SAFETY: As for `drain_rq`.
         unsafe { bindings::ib_drain_sq(self.as_raw()) }
     }
 
     /// Blocks until every completion has been consumed (`ib_drain_qp()`).
+    #[inline]
     pub fn drain(&mut self) {
         // SAFETY: As for `drain_rq`.
         unsafe { bindings::ib_drain_qp(self.as_raw()) }
@@ -721,6 +747,7 @@ impl<'a> OwnedQp<'a> {
 impl Deref for OwnedQp<'_> {
     type Target = Qp;
 
+    #[inline]
     fn deref(&self) -> &Qp {
         // SAFETY: By the type invariant the QP is valid while `self` lives.
         unsafe { Qp::from_raw(self.ptr.as_ptr()) }
@@ -728,6 +755,7 @@ impl Deref for OwnedQp<'_> {
 }
 
 impl Drop for OwnedQp<'_> {
+    #[inline]
     fn drop(&mut self) {
         // Drain first, so that every posted work request has completed and no
         // `Cqe` it points to waits forever. A QP still in RESET has nothing
@@ -769,6 +797,7 @@ impl QpEvents {
 ///
 /// The QPs may share CQs, directly polled ones included. `&mut` on the slice
 /// keeps every other poster away for the whole time.
+#[inline]
 pub fn drain_rq_concurrently(qps: &mut [OwnedQp<'_>]) -> Result {
     let n = qps.len();
     let countdown = Arc::pin_init(
@@ -781,26 +810,11 @@ pub fn drain_rq_concurrently(qps: &mut [OwnedQp<'_>]) -> Result {
     let mut queued = 0;
     let mut result = Ok(());
     for qp in qps.iter_mut() {
-        let (qp, cd) = (RawQpPtr(qp.as_raw()), countdown.clone());
-        let job = Arc::pin_init(
-            pin_init!(DrainJob {
-                work <- crate::new_work!("drain_rq_concurrently"),
-                qp,
-                countdown: cd,
-            }),
-            GFP_KERNEL,
-        );
-        match job {
-            Ok(job) => {
-                // Each job is new, so it cannot be queued already.
-                let _ = workqueue::system_unbound().enqueue(job);
-                queued += 1;
-            }
-            Err(e) => {
-                result = Err(e);
-                break;
-            }
+        if let Err(e) = DrainJob::queue(qp.as_raw(), bindings::ib_drain_rq, &countdown) {
+            result = Err(e);
+            break;
         }
+        queued += 1;
     }
     // Jobs that were never made count down here. The jobs point at the QPs
     // that `qps` borrows: return only after every queued one has run.
@@ -818,6 +832,7 @@ struct Countdown {
 }
 
 impl Countdown {
+    #[inline]
     fn count_down(&self, k: usize) {
         if self.left.fetch_sub(k, Ordering::AcqRel) == k {
             self.zero.complete_all();
@@ -836,12 +851,41 @@ unsafe impl Send for RawQpPtr {}
 unsafe impl Sync for RawQpPtr {}
 
 /// One drain of [`drain_rq_concurrently`].
+///
+/// Unlike the rest of this module, the job is not `#[inline]`: its worker
+/// still runs after it has woken the caller, which may be a module that is
+/// unloaded next, so the work function must be in vmlinux. The drain itself,
+/// in ib_core, is called through `drain`, and has returned by then.
 #[pin_data]
 struct DrainJob {
     #[pin]
     work: Work<DrainJob>,
     qp: RawQpPtr,
+    drain: unsafe extern "C" fn(*mut bindings::ib_qp),
     countdown: Arc<Countdown>,
+}
+
+impl DrainJob {
+    /// Queues `drain(qp)` on the unbound workqueue; it counts `countdown` down.
+    #[inline(never)]
+    fn queue(
+        qp: *mut bindings::ib_qp,
+        drain: unsafe extern "C" fn(*mut bindings::ib_qp),
+        countdown: &Arc<Countdown>,
+    ) -> Result {
+        let job = Arc::pin_init(
+            pin_init!(DrainJob {
+                work <- crate::new_work!("drain_rq_concurrently"),
+                qp: RawQpPtr(qp),
+                drain,
+                countdown: countdown.clone(),
+            }),
+            GFP_KERNEL,
+        )?;
+        // Each job is new, so it cannot be queued already.
+        let _ = workqueue::system_unbound().enqueue(job);
+        Ok(())
+    }
 }
 
 crate::impl_has_work! {
@@ -851,11 +895,12 @@ crate::impl_has_work! {
 impl WorkItem for DrainJob {
     type Pointer = Arc<DrainJob>;
 
+    #[inline(never)]
     fn run(this: Arc<DrainJob>) {
-        // SAFETY: `drain_rq_concurrently` holds the QP by `&mut` and waits
-        // for this job before it returns: the QP is valid and nobody else
-        // posts receives on it.
-        unsafe { bindings::ib_drain_rq(this.qp.0) };
+        // SAFETY: `drain` is `ib_drain_rq()`. `drain_rq_concurrently` holds
+        // the QP by `&mut` and waits for this job before it returns: the QP
+        // is valid and nobody else posts receives on it.
+        unsafe { (this.drain)(this.qp.0) };
         this.countdown.count_down(1);
     }
 }
