@@ -43,7 +43,12 @@ while IFS= read -r line; do
 		fi
 		;;
 	esac
-done < <(cat "$@")
+done < <(cat "$@" | awk '
+	# A later fragment overrides an earlier one, as in merge_config.sh.
+	/^CONFIG_[A-Za-z0-9_]*=/ { o = $0; sub(/=.*/, "", o) }
+	/^# CONFIG_[A-Za-z0-9_]* is not set/ { o = $2 }
+	o != "" { last[o] = $0; order[++n] = o; o = "" }
+	END { for (i = 1; i <= n; i++) if (!seen[order[i]]++) print last[order[i]] }')
 [ "$bad" = 0 ] || die config "$log" "Kconfig dropped options (missing dependencies?)"
 
 if ! cmp -s "$tmp" "$build/.config"; then

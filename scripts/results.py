@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Usage: scripts/results.py KERNEL-SRC CONSOLE-LOG [CHECK=RC...]
+"""Usage: scripts/results.py KERNEL-SRC CONSOLE-LOG [CHECK=RC...] [require=SUITE...]
 
 Turn a test VM's console log into results: every KTAP stream in it (built-in
 KUnit at boot, each module's suites when it loads, the guest's shell checks)
@@ -30,7 +30,7 @@ CATEGORIES = [
     ("fault injection", ["rdma_drain_unit_faults", "rdma_drain_rxe_faults"]),
     ("rxe", ["rdma_rxe_setup", "rdma_drain_rxe", "rdma_drain_teardown"]),
     ("stress", ["rdma_drain_stress"]),
-    ("churn", ["nvme_rdma_rxe", "rxe_removal_race"]),
+    ("churn", ["nvme_rdma_rxe", "rxe_removal_race", "rdma_ib_core_reload"]),
     ("benchmark smoke", ["rdma_drain_bench_smoke"]),
     ("host checks", ["host_checks"]),
 ]
@@ -98,7 +98,11 @@ def count(node, suite_counts, path):
 
 def main():
     src, log = sys.argv[1], sys.argv[2]
-    host_checks = sys.argv[3:]  # exit codes of host-side checks, by name=rc
+    # Exit codes of host-side checks, by name=rc; require=SUITE: a suite
+    # that this kernel must have run.
+    args = sys.argv[3:]
+    required = [a.partition("=")[2] for a in args if a.startswith("require=")]
+    host_checks = [a for a in args if not a.startswith("require=")]
     with open(log, errors="replace") as f:
         lines = f.read().splitlines()
     suites = {}
@@ -153,6 +157,9 @@ def main():
         failed += f + s
     if not suites:
         failed_extra.append("no KTAP results in the log")
+    for r in required:
+        if not any(n == r or n.startswith(r + ".") for n in suites):
+            failed_extra.append(f"suite {r} did not run")
     cats = {}
     for name, (p, f, sk) in suites.items():
         c = cats.setdefault(category(name), [0, 0])

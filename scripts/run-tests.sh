@@ -28,7 +28,10 @@ if [ "$mode" = demo ]; then
 	exit 0
 fi
 cat "$CACHE/logs/check-symbols.log" "$CACHE/logs/vcpus.log"
+# A kernel with ib_core as a module must have unloaded and reloaded it.
+require=()
+grep -qx 'CONFIG_INFINIBAND=m' "$CACHE/build-$flavour/.config" && require+=(require=rdma_ib_core_reload)
 rc=0
-python3 "$TOP/scripts/results.py" "$CACHE/src" "$log" "check_symbols=$sym_rc" "all_vcpus_up=$cpu_rc" || rc=$?
+python3 "$TOP/scripts/results.py" "$CACHE/src" "$log" "check_symbols=$sym_rc" "all_vcpus_up=$cpu_rc" "${require[@]}" || rc=$?
 [ "$rc" = 0 ] || echo "console log: $log"
 exit "$rc"

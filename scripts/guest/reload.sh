@@ -1,0 +1,76 @@
+#!/bin/sh
+# ib_core.ko out and in again (CONFIG_INFINIBAND=m): remove the nvmet
+# configuration and rxe0 that the earlier suites left, unload every module
+# that uses ib_core and then ib_core itself, load them again, add rxe0
+# again, and run the rxe suite (a Rust ULP, kernel::infiniband) on it.
+# ib_core's own KUnit suites run again when it loads. Prints the KTAP suite
+# rdma_ib_core_reload.
+
+CFG=/sys/kernel/config/nvmet
+TRACE=/sys/kernel/tracing
+
+. /ktap.sh
+ktap_begin rdma_ib_core_reload
+
+# The target's ports, namespaces and subsystems hold nvmet-rdma.
+nvmet_clear() {
+	for l in $CFG/ports/*/subsystems/*; do [ -L "$l" ] && rm "$l"; done
+	for d in $CFG/ports/* $CFG/subsystems/*/namespaces/* $CFG/subsystems/*; do
+		[ -d "$d" ] && rmdir "$d"
+	done
+	ls $CFG/ports $CFG/subsystems | grep -v ':$' | grep . && return 1
+	return 0
+}
+
+# Unloads module $1 after every module that uses it.
+unload_tree() {
+	local users u
+	users=$(awk -v m="$1" '$1 == m && $4 != "-" { print $4 }' /proc/modules | tr ',' ' ')
+	for u in $users; do
+		unload_tree "$u" || return 1
+	done
+	if grep -q "^$1 " /proc/modules; then
+		rmmod "$1" || return 1
+	fi
+}
+
+rxe_active() {
+	for _ in $(seq 100); do
+		rdma link show rxe0/1 2>/dev/null | grep -q 'state ACTIVE' && return 0
+		sleep 0.1
+	done
+	echo "rxe0 not active"
+	return 1
+}
+
+trace_on() {
+	echo 0 >$TRACE/tracing_on && echo >$TRACE/trace &&
+		echo 1 >$TRACE/events/rdma_core/cq_drain_complete/enable &&
+		echo 1 >$TRACE/tracing_on
+}
+
+# The rxe suite's KUnit results print on the console as their own stream.
+rxe_suite() {
+	insmod "$(find /lib/modules/*/updates -name rdma_drain_rxe_test.ko)" &&
+		rmmod rdma_drain_rxe_test
+}
+
+drains_traced() {
+	echo 0 >$TRACE/tracing_on
+	c=$(grep -c 'cq_drain_complete' $TRACE/trace)
+	echo "cq_drain_complete events: $c"
+	[ "$c" -ge "$1" ]
+}
+
+check nvmet_config_removed nvmet_clear
+check rxe0_deleted rdma link delete rxe0
+check unload_all_users_of_ib_core unload_tree ib_core
+check ib_core_unloaded sh -c '! grep -q "^ib_core " /proc/modules'
+check modprobe_rdma_rxe_again modprobe rdma_rxe
+check rxe0_added_again rdma link add rxe0 type rxe netdev dummy0
+check rxe0_active_again rxe_active
+check drain_tracepoint_enabled trace_on
+check rxe_suite_runs_again rxe_suite
+# The rxe suite drains dozens of queues; its own KTAP says how each went.
+check drains_ran_after_reload drains_traced 20
+ktap_end rdma_ib_core_reload
