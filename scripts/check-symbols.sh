@@ -1,35 +1,85 @@
 #!/usr/bin/env bash
 # Usage: scripts/check-symbols.sh BUILD
-# Check, in the built objects, that drain.o (Rust) defines ib_drain_rq,
-# ib_drain_sq and ib_drain_qp and that verbs.o (C) does not; and that the
-# kernel crate, which is part of vmlinux, references no symbol of ib_core or
-# any other RDMA module (kernel::infiniband is compiled into its users).
+# Check, in the built objects of the kernel in BUILD (and of the project's
+# modules built against it, $CACHE/ext-FLAVOUR):
+# - drain.o (Rust) defines ib_drain_rq, ib_drain_sq and ib_drain_qp, and
+#   verbs.o (C) does not;
+# - the parts of vmlinux written for Rust (the kernel crate, its doctests,
+#   the C helpers) reference no symbol of ib_core or any other RDMA module:
+#   kernel::infiniband is compiled into its users, so ib_core can be a module;
+# - the other way round, the work functions that outlive their callers (the
+#   stuck-drain watchdog, drain_rq_concurrently()'s workers) are in vmlinux,
+#   and no Rust object of ib_core or of a project module has a copy.
 . "$(dirname "$0")/lib.sh"
 
-core=$1/drivers/infiniband/core
+build=$1
+ext=$CACHE/ext-${build##*/build-}
+core=$build/drivers/infiniband/core
 rc=0
+fail() {
+	echo "symbols: $*"
+	rc=1
+}
+# defined OBJ [OPTIONS]: the symbols OBJ defines; fails if it cannot be read.
+defined() {
+	local o=$1
+	shift
+	[ -f "$o" ] || { echo "symbols: no $o" >&2; return 1; }
+	llvm-nm --defined-only "$@" "$o"
+}
+
 for sym in ib_drain_rq ib_drain_sq ib_drain_qp; do
-	if ! llvm-nm --defined-only "$core/drain.o" 2>/dev/null | grep -qE " T $sym\$"; then
-		echo "symbols: $sym is not defined by the Rust drain.o"
-		rc=1
-	elif llvm-nm --defined-only "$core/verbs.o" | grep -qE " [Tt] $sym\$"; then
-		echo "symbols: $sym is defined by verbs.o too"
-		rc=1
+	if ! d=$(defined "$core/drain.o") || ! v=$(defined "$core/verbs.o"); then
+		fail "cannot read drain.o or verbs.o"
+	elif ! grep -qE " T $sym\$" <<<"$d"; then
+		fail "$sym is not defined by the Rust drain.o"
+	elif grep -qE " [Tt] $sym\$" <<<"$v"; then
+		fail "$sym is defined by verbs.o too"
 	else
 		echo "symbols: $sym is defined by drain.o (Rust), not by verbs.o"
 	fi
 done
 
-rdma=$(find "$1/drivers/infiniband" -name '*.o' ! -name '*.mod.o' -print0 |
+rdma=$(find "$build/drivers/infiniband" -name '*.o' ! -name '*.mod.o' -print0 |
 	xargs -0 llvm-nm --defined-only -g -j 2>/dev/null | grep -v ':$' | sort -u)
-[ -n "$rdma" ] || { echo "symbols: no RDMA objects under $1/drivers/infiniband"; exit 1; }
+[ "$(wc -l <<<"$rdma")" -gt 100 ] || fail "too few RDMA symbols under $build/drivers/infiniband"
 for o in rust/kernel.o rust/doctests_kernel_generated.o rust/helpers/helpers.o; do
-	refs=$(llvm-nm -u -j "$1/$o" | sort -u | comm -12 - <(echo "$rdma") | tr '\n' ' ')
+	if ! u=$(
+		set -o pipefail
+		[ -f "$build/$o" ] && llvm-nm -u -j "$build/$o" | sort -u
+	); then
+		fail "cannot read $o"
+		continue
+	fi
+	refs=$(comm -12 <(echo "$u") <(echo "$rdma") | tr '\n' ' ')
 	if [ -n "$refs" ]; then
-		echo "symbols: $o (vmlinux) references RDMA module symbols: $refs"
-		rc=1
+		fail "$o (vmlinux) references RDMA module symbols: $refs"
 	else
 		echo "symbols: $o (vmlinux) references no symbol of ib_core or another RDMA module"
+	fi
+done
+
+kernel=$(defined "$build/rust/kernel.o" -C) || fail "cannot read rust/kernel.o"
+mods=("$core"/drain*.o)
+mapfile -t -O "${#mods[@]}" mods < <(find "$ext" -name '*.o' ! -name '*.mod.o' 2>/dev/null)
+[ "${#mods[@]}" -ge 4 ] || fail "expected drain.o, drain_test.o and the project's modules, found: ${mods[*]}"
+for t in infiniband::marker::Watchdog infiniband::qp::DrainJob; do
+	# No grep -q in pipes here: with pipefail, its early exit is a failure.
+	if ! grep -F "$t>" <<<"$kernel" | grep -F 'WorkItemPointer<0>>::run' >/dev/null; then
+		fail "the work function of $t is not in rust/kernel.o (vmlinux)"
+		continue
+	fi
+	copies=$(for m in "${mods[@]}"; do
+		if ! d=$(defined "$m" -C); then
+			echo "(unreadable)${m##*/}"
+		elif grep -F "$t" <<<"$d" >/dev/null; then
+			echo "${m##*/}"
+		fi
+	done | tr '\n' ' ')
+	if [ -n "$copies" ]; then
+		fail "$t has code in modules: $copies"
+	else
+		echo "symbols: $t runs from vmlinux only (${#mods[@]} module objects checked)"
 	fi
 done
 exit "$rc"

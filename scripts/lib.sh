@@ -11,10 +11,10 @@ KVER_PIN=7.3.4-1~bpo13+1
 BINDGEN_VERSION=0.73.2
 LLVM_BIN=/usr/lib/llvm-19/bin
 
-# vCPUs of every test VM: all of the host's, and at least two, so that the
-# concurrency tests really run concurrently. The guest must bring up all
-# of them (vcpus_up).
-GUEST_CPUS=${GUEST_CPUS:-$(($(nproc) > 2 ? $(nproc) : 2))}
+# vCPUs of every test VM: the host's CPUs, at least two, so that the
+# concurrency tests really run concurrently, and at most eight (TCG, 2 GiB).
+# The guest must bring up all of them (vcpus_up).
+GUEST_CPUS=${GUEST_CPUS:-$(n=$(nproc) && echo $((n < 2 ? 2 : n > 8 ? 8 : n)))}
 
 export PATH="$LLVM_BIN:$CACHE/tools/bin:$HOME/.cargo/bin:$PATH"
 export LIBCLANG_PATH=/usr/lib/llvm-19/lib

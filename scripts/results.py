@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Usage: scripts/results.py KERNEL-SRC CONSOLE-LOG [CHECK=RC...] [require=SUITE...]
+"""Usage: scripts/results.py KERNEL-SRC CONSOLE-LOG [CHECK=RC...] [require=SUITE[:N]...]
 
 Turn a test VM's console log into results: every KTAP stream in it (built-in
 KUnit at boot, each module's suites when it loads, the guest's shell checks)
@@ -98,14 +98,19 @@ def count(node, suite_counts, path):
 
 def main():
     src, log = sys.argv[1], sys.argv[2]
-    # Exit codes of host-side checks, by name=rc; require=SUITE: a suite
-    # that this kernel must have run.
+    # Exit codes of host-side checks, by name=rc; require=SUITE[:N]: a suite
+    # that this kernel must have run (N times: once per KTAP stream).
     args = sys.argv[3:]
-    required = [a.partition("=")[2] for a in args if a.startswith("require=")]
+    required = []
+    for a in args:
+        if a.startswith("require="):
+            name, _, n = a.partition("=")[2].partition(":")
+            required.append((name, int(n or 1)))
     host_checks = [a for a in args if not a.startswith("require=")]
     with open(log, errors="replace") as f:
         lines = f.read().splitlines()
     suites = {}
+    runs = {}  # suite name: how many KTAP streams ran it
     failed_extra = []
     for i, st in enumerate(streams(lines)):
         with tempfile.NamedTemporaryFile("w", suffix=".log") as tf, \
@@ -124,6 +129,7 @@ def main():
                 continue
         for group in data.get("sub_groups") or []:
             count(group, suites, "")
+            runs[group.get("name")] = runs.get(group.get("name"), 0) + 1
         for case in data.get("test_cases") or []:
             st = case.get("status")
             sc = suites.setdefault(case.get("name", "?"), [0, 0, 0])
@@ -157,9 +163,9 @@ def main():
         failed += f + s
     if not suites:
         failed_extra.append("no KTAP results in the log")
-    for r in required:
-        if not any(n == r or n.startswith(r + ".") for n in suites):
-            failed_extra.append(f"suite {r} did not run")
+    for name, n in required:
+        if runs.get(name, 0) < n:
+            failed_extra.append(f"suite {name} ran {runs.get(name, 0)} times, not {n}")
     cats = {}
     for name, (p, f, sk) in suites.items():
         c = cats.setdefault(category(name), [0, 0])

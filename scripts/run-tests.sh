@@ -28,9 +28,13 @@ if [ "$mode" = demo ]; then
 	exit 0
 fi
 cat "$CACHE/logs/check-symbols.log" "$CACHE/logs/vcpus.log"
-# A kernel with ib_core as a module must have unloaded and reloaded it.
+# A kernel with ib_core as a module must have unloaded and reloaded it, and
+# run ib_core's KUnit suites and the rxe suite again after the reload.
 require=()
-grep -qx 'CONFIG_INFINIBAND=m' "$CACHE/build-$flavour/.config" && require+=(require=rdma_ib_core_reload)
+if grep -qx 'CONFIG_INFINIBAND=m' "$CACHE/build-$flavour/.config"; then
+	require+=(require=rdma_ib_core_reload require=rdma_drain_abi:2 require=rdma_drain_unit:2
+		require=rdma_drain_rxe:2)
+fi
 rc=0
 python3 "$TOP/scripts/results.py" "$CACHE/src" "$log" "check_symbols=$sym_rc" "all_vcpus_up=$cpu_rc" "${require[@]}" || rc=$?
 [ "$rc" = 0 ] || echo "console log: $log"

@@ -1,10 +1,11 @@
 #!/bin/sh
 # ib_core.ko out and in again (CONFIG_INFINIBAND=m): remove the nvmet
 # configuration and rxe0 that the earlier suites left, unload every module
-# that uses ib_core and then ib_core itself, load them again, add rxe0
-# again, and run the rxe suite (a Rust ULP, kernel::infiniband) on it.
-# ib_core's own KUnit suites run again when it loads. Prints the KTAP suite
-# rdma_ib_core_reload.
+# that uses ib_core and then ib_core itself, load ib_core and rdma_rxe
+# again, add rxe0 again, and run the rxe suite (a Rust ULP,
+# kernel::infiniband) on it. ib_core's own KUnit suites run again when it
+# loads. Prints the KTAP suite rdma_ib_core_reload; the host requires a
+# second run of ib_core's KUnit suites and of the rxe suite (run-tests.sh).
 
 CFG=/sys/kernel/config/nvmet
 TRACE=/sys/kernel/tracing
@@ -14,6 +15,7 @@ ktap_begin rdma_ib_core_reload
 
 # The target's ports, namespaces and subsystems hold nvmet-rdma.
 nvmet_clear() {
+	[ -d $CFG/ports ] || { echo "no nvmet configuration at $CFG"; return 1; }
 	for l in $CFG/ports/*/subsystems/*; do [ -L "$l" ] && rm "$l"; done
 	for d in $CFG/ports/* $CFG/subsystems/*/namespaces/* $CFG/subsystems/*; do
 		[ -d "$d" ] && rmdir "$d"
@@ -49,7 +51,8 @@ trace_on() {
 		echo 1 >$TRACE/tracing_on
 }
 
-# The rxe suite's KUnit results print on the console as their own stream.
+# Loads and unloads the rxe suite; its KUnit results print on the console
+# as their own stream, which the host reads.
 rxe_suite() {
 	insmod "$(find /lib/modules/*/updates -name rdma_drain_rxe_test.ko)" &&
 		rmmod rdma_drain_rxe_test
@@ -62,6 +65,7 @@ drains_traced() {
 	[ "$c" -ge "$1" ]
 }
 
+check ib_core_is_a_loaded_module grep -q '^ib_core ' /proc/modules
 check nvmet_config_removed nvmet_clear
 check rxe0_deleted rdma link delete rxe0
 check unload_all_users_of_ib_core unload_tree ib_core
