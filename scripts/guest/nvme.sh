@@ -12,9 +12,9 @@ RACES=${2:-6}
 ADDR=169.254.1.1
 NQN=nqn.2026-11.rust-drain:test
 CFG=/sys/kernel/config/nvmet
-TRACE=/sys/kernel/tracing
 
 . /ktap.sh
+. /rdma.sh
 ktap_begin nvme_rdma_rxe
 
 setup_target() {
@@ -33,12 +33,6 @@ setup_target() {
 		echo $ADDR >$CFG/ports/1/addr_traddr &&
 		echo 4420 >$CFG/ports/1/addr_trsvcid &&
 		ln -s $CFG/subsystems/$NQN $CFG/ports/1/subsystems/$NQN
-}
-
-trace_on() {
-	echo 0 >$TRACE/tracing_on && echo >$TRACE/trace &&
-		echo 1 >$TRACE/events/rdma_core/cq_drain_complete/enable &&
-		echo 1 >$TRACE/tracing_on
 }
 
 # Connects a controller; sets $dev (its namespace) and $ctrl (sysfs).
@@ -85,14 +79,6 @@ cycles() {
 	done
 }
 
-# Stops tracing; fails unless at least $1 cq_drain_complete events were seen.
-drains_traced() {
-	echo 0 >$TRACE/tracing_on
-	c=$(grep -c 'cq_drain_complete' $TRACE/trace)
-	echo "cq_drain_complete events: $c"
-	[ "$c" -ge "$1" ]
-}
-
 check nvmet_rdma_target_setup setup_target
 check drain_tracepoint_enabled trace_on
 check nvme_rdma_${CYCLES}_cycles_data_matches cycles
@@ -113,13 +99,7 @@ wait_bounded() {
 }
 
 rxe_readd() {
-	rdma link add rxe0 type rxe netdev dummy0 || return 1
-	for _ in $(seq 100); do
-		rdma link show rxe0/1 2>/dev/null | grep -q 'state ACTIVE' && return 0
-		sleep 0.1
-	done
-	echo "rxe0 not active again"
-	return 1
+	rdma link add rxe0 type rxe netdev dummy0 && rxe_wait_active
 }
 
 # nvmet-rdma drops its listener when the device goes away and does not

@@ -5,12 +5,13 @@
 # again, add rxe0 again, and run the rxe suite (a Rust ULP,
 # kernel::infiniband) on it. ib_core's own KUnit suites run again when it
 # loads. Prints the KTAP suite rdma_ib_core_reload; the host requires a
-# second run of ib_core's KUnit suites and of the rxe suite (run-tests.sh).
+# second run of rdma_drain_abi, rdma_drain_unit and rdma_drain_rxe
+# (run-tests.sh).
 
 CFG=/sys/kernel/config/nvmet
-TRACE=/sys/kernel/tracing
 
 . /ktap.sh
+. /rdma.sh
 ktap_begin rdma_ib_core_reload
 
 # The target's ports, namespaces and subsystems hold nvmet-rdma.
@@ -36,33 +37,11 @@ unload_tree() {
 	fi
 }
 
-rxe_active() {
-	for _ in $(seq 100); do
-		rdma link show rxe0/1 2>/dev/null | grep -q 'state ACTIVE' && return 0
-		sleep 0.1
-	done
-	echo "rxe0 not active"
-	return 1
-}
-
-trace_on() {
-	echo 0 >$TRACE/tracing_on && echo >$TRACE/trace &&
-		echo 1 >$TRACE/events/rdma_core/cq_drain_complete/enable &&
-		echo 1 >$TRACE/tracing_on
-}
-
 # Loads and unloads the rxe suite; its KUnit results print on the console
 # as their own stream, which the host reads.
 rxe_suite() {
 	insmod "$(find /lib/modules/*/updates -name rdma_drain_rxe_test.ko)" &&
 		rmmod rdma_drain_rxe_test
-}
-
-drains_traced() {
-	echo 0 >$TRACE/tracing_on
-	c=$(grep -c 'cq_drain_complete' $TRACE/trace)
-	echo "cq_drain_complete events: $c"
-	[ "$c" -ge "$1" ]
 }
 
 check ib_core_is_a_loaded_module grep -q '^ib_core ' /proc/modules
@@ -72,7 +51,7 @@ check unload_all_users_of_ib_core unload_tree ib_core
 check ib_core_unloaded sh -c '! grep -q "^ib_core " /proc/modules'
 check modprobe_rdma_rxe_again modprobe rdma_rxe
 check rxe0_added_again rdma link add rxe0 type rxe netdev dummy0
-check rxe0_active_again rxe_active
+check rxe0_active_again rxe_wait_active
 check drain_tracepoint_enabled trace_on
 check rxe_suite_runs_again rxe_suite
 # The rxe suite drains dozens of queues; its own KTAP says how each went.
