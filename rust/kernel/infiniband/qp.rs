@@ -188,7 +188,6 @@ pub trait WorkQueue<'a> {
 
     /// Returns `true` if the QP takes this queue's work requests from a shared
     /// queue: the QP then has no queue of its own to post a marker on.
-    #[inline]
     fn is_shared(&self) -> bool {
         false
     }
@@ -198,7 +197,6 @@ pub trait WorkQueue<'a> {
 
     /// Polls the queue's CQ in the caller's context; returns how many
     /// completions were reaped.
-    #[inline]
     fn poll_cq(&mut self) -> i32 {
         match self.cq() {
             // SAFETY: Direct processing may run beside other pollers: it reaps
@@ -357,7 +355,6 @@ impl RecvQueue<'_> {
     ///
     /// On an [`OwnedQp`], fails with `EBUSY` while the queue holds as many
     /// receives as its depth.
-    #[inline]
     pub fn post<H: CompletionHandler>(&mut self, cqe: Pin<&Cqe<H>>) -> Result {
         let mut wr = bindings::ib_recv_wr::default();
         let wr_cqe = take_slot(self.slots, &cqe)?;
@@ -377,7 +374,6 @@ impl RecvQueue<'_> {
 
 /// Counts a work request posted with `cqe` and, on a bounded queue, takes a
 /// slot for it; returns the `ib_cqe` to post.
-#[inline]
 fn take_slot<H: CompletionHandler>(
     slots: Option<&WrSlots>,
     cqe: &Cqe<H>,
@@ -394,7 +390,6 @@ fn take_slot<H: CompletionHandler>(
 }
 
 /// Undoes [`take_slot`] for a work request that was not posted.
-#[inline]
 fn put_unposted<H: CompletionHandler>(
     slots: Option<&WrSlots>,
     cqe: &Cqe<H>,
@@ -411,7 +406,6 @@ impl SendQueue<'_> {
     ///
     /// On an [`OwnedQp`], fails with `EBUSY` while the queue holds as many
     /// sends as its depth.
-    #[inline]
     pub fn post_send<H: CompletionHandler>(&mut self, cqe: Pin<&Cqe<H>>) -> Result {
         let mut wr = bindings::ib_send_wr::default();
         let wr_cqe = take_slot(self.slots, &cqe)?;
@@ -501,7 +495,6 @@ impl<'a> OwnedQp<'a> {
 
     /// Creates an RC QP on `pd` that receives through `srq`, on the SRQ's CQ.
     /// `config.recv_depth` must be 0.
-    #[inline]
     pub fn create_rc_on_srq<H: CompletionHandler>(
         pd: &'a Pd<'a>,
         send_cq: &'a OwnedCq<'a>,

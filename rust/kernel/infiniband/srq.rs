@@ -50,7 +50,6 @@ impl<'a, H: CompletionHandler> OwnedSrq<'a, H> {
     /// `cq` and run `handler`.
     ///
     /// Fails with `EBUSY` if `cq` has less than `depth` entries free.
-    #[inline]
     pub fn new(
         pd: &'a Pd<'a>,
         cq: OwnedCq<'a>,
@@ -69,7 +68,6 @@ impl<'a, H: CompletionHandler> OwnedSrq<'a, H> {
         }? Error)
     }
 
-    #[inline]
     fn create(pd: &Pd<'a>, cq: &OwnedCq<'a>, depth: u32) -> Result<NonNull<bindings::ib_srq>> {
         cq.reserve(depth)?;
         let mut attr = bindings::ib_srq_init_attr {
@@ -95,31 +93,26 @@ impl<'a, H: CompletionHandler> OwnedSrq<'a, H> {
     }
 
     /// Returns the raw `struct ib_srq` pointer.
-    #[inline]
     pub fn as_raw(&self) -> *mut bindings::ib_srq {
         self.ptr.as_ptr()
     }
 
     /// Returns the CQ that the receives of the SRQ's QPs complete on.
-    #[inline]
     pub fn cq(&self) -> &OwnedCq<'a> {
         &self.cq
     }
 
     /// Returns the number of receives the SRQ holds.
-    #[inline]
     pub fn depth(&self) -> u32 {
         self.depth
     }
 
     /// Returns the completion handler.
-    #[inline]
     pub fn handler(&self) -> &H {
         self.cqe.handler()
     }
 
     /// Returns the number of receives posted and not completed yet.
-    #[inline]
     pub fn outstanding(&self) -> usize {
         self.cqe.outstanding()
     }
@@ -127,7 +120,6 @@ impl<'a, H: CompletionHandler> OwnedSrq<'a, H> {
     /// Posts a receive work request without buffers; it matches a
     /// zero-length send on any QP of the SRQ. Fails with `EBUSY` while the
     /// SRQ holds `depth` receives, so the CQ never overflows.
-    #[inline]
     pub fn post(self: Pin<&Self>) -> Result {
         let mut wr = bindings::ib_recv_wr::default();
         let depth = usize::try_from(self.depth)?;
@@ -146,7 +138,6 @@ impl<'a, H: CompletionHandler> OwnedSrq<'a, H> {
 
 #[pinned_drop]
 impl<H: CompletionHandler> PinnedDrop for OwnedSrq<'_, H> {
-    #[inline]
     fn drop(self: Pin<&mut Self>) {
         // SAFETY: By the type invariant we own the SRQ; its QPs borrow `self`,
         // so they are destroyed already.
