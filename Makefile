@@ -27,8 +27,10 @@ build:
 demo: build
 	@scripts/run-tests.sh test demo
 
+# panic_on_warn=1, as fleets run: the drains of every suite (a late marker
+# too) must not WARN; only refusals do, under KUnit's warning suppression.
 test: build
-	@scripts/run-tests.sh test test
+	@KERNEL_ARGS="panic_on_warn=1 $${KERNEL_ARGS:-}" scripts/run-tests.sh test test
 
 # The project's suites on the debug kernel (KASAN, lockdep, kmemleak, ...).
 # The kernel's own Rust doctests run in make test; here they are filtered

@@ -19,16 +19,19 @@
 //! reserves CQ room for its queues and their markers, and refuses posts beyond
 //! a queue's depth.
 
-use kernel::infiniband::{DrainMarker, PollContext, Qp, RawQp, RecvQueue, WorkQueue};
+use kernel::infiniband::{
+    DrainMarker, PollContext, Qp, RecvQueue, WorkQueue, STUCK_REPORT_SECS,
+};
 use kernel::prelude::*;
-use kernel::time::{delay::fsleep, msecs_to_jiffies, Delta};
+use kernel::sync::{
+    atomic::{Atomic, Relaxed},
+    SetOnce,
+};
+use kernel::time::{delay::fsleep, msecs_to_jiffies, Delta, Instant, Monotonic};
 use pin_init::stack_pin_init;
 
 /// Prefix of this object's messages (it is part of ib_core, not a module of its own).
 const __LOG_PREFIX: &[u8] = b"ib_core\0";
-
-/// How long a drain waits before it reports itself stuck, and how often after.
-const STUCK_REPORT_MS: u32 = 5_000;
 
 /// Back-off bounds for polling an `IB_POLL_DIRECT` CQ.
 const DIRECT_POLL_MIN_US: i64 = 16;
@@ -41,7 +44,7 @@ const DIRECT_POLL_MAX_US: i64 = 16_384;
 /// `qp` must be a valid QP, and no other context may post receives on it
 /// until this returns.
 #[export]
-pub unsafe extern "C" fn ib_drain_rq(qp: *mut RawQp) {
+pub unsafe extern "C" fn ib_drain_rq(qp: *mut kernel::bindings::ib_qp) {
     // SAFETY: The caller guarantees a valid QP and exclusive posting.
     let mut rq = unsafe { Qp::from_raw(qp).recv_queue() };
     drain(&mut rq);
@@ -54,7 +57,7 @@ pub unsafe extern "C" fn ib_drain_rq(qp: *mut RawQp) {
 /// `qp` must be a valid QP, and no other context may post sends on it until
 /// this returns.
 #[export]
-pub unsafe extern "C" fn ib_drain_sq(qp: *mut RawQp) {
+pub unsafe extern "C" fn ib_drain_sq(qp: *mut kernel::bindings::ib_qp) {
     // SAFETY: The caller guarantees a valid QP and exclusive posting.
     let mut sq = unsafe { Qp::from_raw(qp).send_queue() };
     drain(&mut sq);
@@ -66,7 +69,7 @@ pub unsafe extern "C" fn ib_drain_sq(qp: *mut RawQp) {
 ///
 /// As for [`ib_drain_rq`] and [`ib_drain_sq`] together.
 #[export]
-pub unsafe extern "C" fn ib_drain_qp(qp: *mut RawQp) {
+pub unsafe extern "C" fn ib_drain_qp(qp: *mut kernel::bindings::ib_qp) {
     // SAFETY: The caller guarantees a valid QP and exclusive posting.
     let (mut sq, mut rq) = unsafe {
         let qp = Qp::from_raw(qp);
@@ -82,7 +85,8 @@ pub unsafe extern "C" fn ib_drain_qp(qp: *mut RawQp) {
 
 /// Drains one work queue, with the provider's drain if it has one.
 fn drain<'a, Q: WorkQueue<'a>>(q: &mut Q) {
-    if !q.provider_drain() {
+    // SAFETY: The caller of `ib_drain_*()` keeps the C drain's contract.
+    if !unsafe { q.provider_drain() } {
         drain_generic(q);
     }
     if let Some(cq) = q.cq() {
@@ -94,97 +98,156 @@ fn drain_generic<'a, Q: WorkQueue<'a>>(q: &mut Q) {
     let qp = q.qp();
     // The C drain would move the QP to the error state and then fail to post.
     if q.is_shared() {
-        refuse(
-            qp,
-            format_args!(
-                "{} queue is an SRQ, drain the QP with ib_drain_qp()",
-                Q::NAME
-            ),
-        );
+        refuse(qp, Q::NAME, Refusal::OnSrq);
         return;
     }
     let Some(cq) = q.cq() else {
-        refuse(qp, format_args!("no {} CQ, cannot drain", Q::NAME));
+        refuse(qp, Q::NAME, Refusal::NoCq);
         return;
     };
     // The marker's completion must reach `DrainMarker`'s `done`, which only
     // ib_alloc_cq() CQs call; the C drain would wait forever here.
     if !cq.calls_cqe_done() {
-        refuse(
-            qp,
-            format_args!(
-                "{} CQ {} is not from ib_alloc_cq(), cannot drain",
-                Q::NAME,
-                cq.id()
-            ),
-        );
+        refuse(qp, Q::NAME, Refusal::CqNotAllocated(cq.id()));
         return;
     }
     if let Err(e) = qp.set_error_state() {
-        refuse(
-            qp,
-            format_args!("failed to drain {} queue: {}", Q::NAME, e.to_errno()),
-        );
+        refuse(qp, Q::NAME, Refusal::Modify(e));
         return;
     }
 
     stack_pin_init!(let marker = DrainMarker::new());
-    if let Err(e) = q.post_marker(marker.as_ref()) {
-        refuse(
-            qp,
-            format_args!("failed to drain {} queue: {}", Q::NAME, e.to_errno()),
-        );
+    // SAFETY: The caller of `ib_drain_*()` keeps the C drain's contract.
+    if let Err(e) = unsafe { q.post_marker(marker.as_ref()) } {
+        refuse(qp, Q::NAME, Refusal::Post(e));
         return;
     }
 
     // From here on the provider points at `marker`: never return before it
-    // completed. `DrainMarker`'s drop would wait too; this loop also reports.
-    let mut waited_ms = 0;
+    // completed (`DrainMarker`'s drop would wait too).
     if cq.poll_context() == Some(PollContext::Direct) {
         // Nobody else reaps a direct CQ: poll it ourselves soon after the
         // provider flushes, instead of sleeping in 100 ms slices like C. We
         // sleep rather than spin between polls: the flush may be work that
         // waits for this very CPU.
         let mut backoff_us = DIRECT_POLL_MIN_US;
-        let mut since_report_us = 0;
+        let (mut since_report_us, mut waited_s) = (0, 0);
         loop {
-            q.poll_cq();
+            // SAFETY: A direct CQ from ib_alloc_cq() (checked above): its
+            // completions are ours to reap, here.
+            unsafe { q.poll_cq() };
             if marker.is_done() {
                 return;
             }
             fsleep(Delta::from_micros(backoff_us));
             since_report_us += backoff_us;
             backoff_us = (backoff_us * 2).min(DIRECT_POLL_MAX_US);
-            if since_report_us >= i64::from(STUCK_REPORT_MS) * 1000 {
+            if since_report_us >= i64::from(STUCK_REPORT_SECS) * 1_000_000 {
                 since_report_us = 0;
-                waited_ms += STUCK_REPORT_MS;
-                report_stuck(qp, Q::NAME, cq.id(), waited_ms);
+                waited_s += STUCK_REPORT_SECS;
+                marker.report_waiting(waited_s);
             }
         }
     }
-    marker.as_ref().wait_reporting(STUCK_REPORT_MS, || {
-        waited_ms += STUCK_REPORT_MS;
-        report_stuck(qp, Q::NAME, cq.id(), waited_ms);
-    });
+    marker.as_ref().wait();
 }
 
-/// Refuses a drain that cannot start: a message naming the QP, and a WARN.
-fn refuse(qp: &Qp, why: core::fmt::Arguments<'_>) {
-    pr_warn!("{}: QP {:#x}: {why}\n", qp.device().name(), qp.qp_num());
-    kernel::warn_on!(true);
+/// Why a drain could not start. Each reason WARNs once, as the C drain's
+/// `WARN_ONCE()`s do, and every refusal prints a rate-limited line.
+#[derive(Clone, Copy)]
+enum Refusal {
+    OnSrq,
+    NoCq,
+    CqNotAllocated(u32),
+    Modify(Error),
+    Post(Error),
+    SrqModify(Error),
+    SrqNoCq,
 }
 
-/// Says that a drain is stuck: a line every `STUCK_REPORT_MS`, with a
-/// backtrace the first time, so that the waiter can be found.
-fn report_stuck(qp: &Qp, queue: &str, cq_id: u32, waited_ms: u32) {
-    pr_warn!(
-        "{}: QP {:#x}: {queue} drain waiting for {} s on CQ {cq_id}, marker not reaped yet\n",
-        qp.device().name(),
-        qp.qp_num(),
-        waited_ms / 1000
-    );
-    if waited_ms == STUCK_REPORT_MS {
-        kernel::warn_on!(true);
+/// Refuses a drain that cannot start: a rate-limited line naming the device
+/// and QP, and one WARN per reason.
+fn refuse(qp: &Qp, queue: &str, why: Refusal) {
+    if let Some(missed) = RATELIMIT.allow() {
+        let name = qp.device().name();
+        let qpn = qp.qp_num();
+        if missed > 0 {
+            pr_warn!("{missed} drain refusals not reported\n");
+        }
+        match why {
+            Refusal::OnSrq => pr_warn!(
+                "{name}: QP {qpn:#x}: cannot drain the {queue} queue: it is an SRQ, drain the QP with ib_drain_qp()\n"
+            ),
+            Refusal::NoCq => pr_warn!("{name}: QP {qpn:#x}: cannot drain the {queue} queue: no CQ\n"),
+            Refusal::CqNotAllocated(id) => pr_warn!(
+                "{name}: QP {qpn:#x}: cannot drain the {queue} queue: CQ {id} is not from ib_alloc_cq()\n"
+            ),
+            Refusal::Modify(e) => pr_warn!(
+                "{name}: QP {qpn:#x}: failed to drain {queue} queue: {}\n",
+                e.to_errno()
+            ),
+            Refusal::Post(e) => pr_warn!(
+                "{name}: QP {qpn:#x}: failed to drain {queue} queue: {}\n",
+                e.to_errno()
+            ),
+            Refusal::SrqModify(e) => pr_warn!(
+                "{name}: QP {qpn:#x}: failed to drain shared recv queue: {}\n",
+                e.to_errno()
+            ),
+            Refusal::SrqNoCq => {
+                pr_warn!("{name}: QP {qpn:#x}: cannot drain: no CQ associated with its SRQ\n")
+            }
+        }
+    }
+    // One flag per reason: a WARN_ONCE() each, as in C.
+    match why {
+        Refusal::OnSrq => kernel::do_once_lite! { kernel::warn_on!(true); },
+        Refusal::NoCq => kernel::do_once_lite! { kernel::warn_on!(true); },
+        Refusal::CqNotAllocated(_) => kernel::do_once_lite! { kernel::warn_on!(true); },
+        Refusal::Modify(_) => kernel::do_once_lite! { kernel::warn_on!(true); },
+        Refusal::Post(_) => kernel::do_once_lite! { kernel::warn_on!(true); },
+        Refusal::SrqModify(_) => kernel::do_once_lite! { kernel::warn_on!(true); },
+        Refusal::SrqNoCq => kernel::do_once_lite! { kernel::warn_on!(true); },
+    }
+}
+
+/// At most `BURST` refusal lines every `INTERVAL_MS`, as printk's default
+/// rate limit (`DEFAULT_RATELIMIT_INTERVAL`, `DEFAULT_RATELIMIT_BURST`).
+struct RateLimit {
+    start: SetOnce<Instant<Monotonic>>,
+    window: Atomic<i64>,
+    printed: Atomic<u32>,
+    missed: Atomic<u32>,
+}
+
+static RATELIMIT: RateLimit = RateLimit {
+    start: SetOnce::new(),
+    window: Atomic::new(0),
+    printed: Atomic::new(0),
+    missed: Atomic::new(0),
+};
+
+impl RateLimit {
+    const INTERVAL_MS: i64 = 5_000;
+    const BURST: u32 = 10;
+
+    /// Returns `Some(lines missed since the last one)` if a line may be
+    /// printed now. Approximate under races, like printk's.
+    fn allow(&self) -> Option<u32> {
+        self.start.populate(Instant::now());
+        let window = self
+            .start
+            .as_ref()
+            .map_or(0, |t| t.elapsed().as_millis() / Self::INTERVAL_MS);
+        if self.window.xchg(window, Relaxed) != window {
+            self.printed.store(0, Relaxed);
+        }
+        if self.printed.fetch_add(1, Relaxed) < Self::BURST {
+            Some(self.missed.xchg(0, Relaxed))
+        } else {
+            self.missed.add(1, Relaxed);
+            None
+        }
     }
 }
 
@@ -193,20 +256,19 @@ fn report_stuck(qp: &Qp, queue: &str, cq_id: u32, waited_ms: u32) {
 fn drain_srq(rq: &mut RecvQueue<'_>) {
     let qp = rq.qp();
     if let Err(e) = qp.set_error_state() {
-        refuse(
-            qp,
-            format_args!("failed to drain shared recv queue: {}", e.to_errno()),
-        );
+        refuse(qp, "recv", Refusal::SrqModify(e));
         return;
     }
     let Some(cq) = rq.srq_cq() else {
-        refuse(qp, format_args!("no CQ associated with its SRQ"));
+        refuse(qp, "recv", Refusal::SrqNoCq);
         return;
     };
     if qp.wait_last_wqe_reached(msecs_to_jiffies(60_000)) {
         let mut polled = 0;
         while polled < cq.capacity() {
-            let n = rq.poll_srq_cq(cq, cq.capacity() - polled);
+            // SAFETY: The C drain's contract for a QP on an SRQ: the caller
+            // lets the drain reap the SRQ's CQ, as C's ib_drain_srq() does.
+            let n = unsafe { rq.poll_srq_cq(cq, cq.capacity() - polled) };
             if n <= 0 {
                 break;
             }

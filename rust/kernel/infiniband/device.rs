@@ -41,17 +41,25 @@ impl Device {
         self.0.get()
     }
 
-    /// Returns the device's name, such as `rxe0`.
+    /// Returns a copy of the device's name, such as `rxe0`.
+    ///
+    /// A copy, because a rename (`rdma dev set ... name`) may change the name
+    /// at any time; the copy may show a rename half done, never freed memory.
     #[inline]
-    pub fn name(&self) -> &CStr {
-        // SAFETY: By the type invariant the device is valid; its kobject name is
-        // set before registration and is NUL-terminated when not null.
-        let name = unsafe { (*self.as_raw()).__bindgen_anon_1.dev.kobj.name };
-        if name.is_null() {
-            return c"(unnamed)";
+    pub fn name(&self) -> DeviceName {
+        let mut name = [0u8; NAME_MAX];
+        // SAFETY: By the type invariant the device is valid; `name` is an
+        // array inside it, rewritten in place by a rename.
+        let src = unsafe { &raw const (*self.as_raw()).name }.cast::<u8>();
+        for (i, b) in name.iter_mut().enumerate().take(NAME_MAX - 1) {
+            // SAFETY: `i` is within the array. A volatile read, like C's
+            // `READ_ONCE()`, of bytes that a rename may write meanwhile.
+            *b = unsafe { src.add(i).read_volatile() };
+            if *b == 0 {
+                break;
+            }
         }
-        // SAFETY: `name` is a valid, NUL-terminated string owned by the device.
-        unsafe { CStr::from_char_ptr(name) }
+        DeviceName(name)
     }
 
     /// Returns the device's operations table.
@@ -60,6 +68,33 @@ impl Device {
         // SAFETY: By the type invariant the device is valid, and its ops are
         // set once before registration.
         unsafe { &(*self.as_raw()).ops }
+    }
+}
+
+/// The length of `ib_device::name`, its NUL included.
+const NAME_MAX: usize = bindings::IB_DEVICE_NAME_MAX as usize;
+
+/// A copy of an RDMA device's name, for messages.
+///
+/// # Invariants
+///
+/// The array holds a NUL.
+#[derive(Clone, Copy)]
+pub struct DeviceName([u8; NAME_MAX]);
+
+impl DeviceName {
+    /// Returns the name as a C string.
+    #[inline]
+    pub fn as_c_str(&self) -> &CStr {
+        // By the type invariant there is a NUL; the fallback is never taken.
+        CStr::from_bytes_until_nul(&self.0).unwrap_or(c"")
+    }
+}
+
+impl crate::fmt::Display for DeviceName {
+    #[inline]
+    fn fmt(&self, f: &mut crate::fmt::Formatter<'_>) -> crate::fmt::Result {
+        crate::fmt::Display::fmt(self.as_c_str(), f)
     }
 }
 

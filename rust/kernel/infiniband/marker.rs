@@ -6,32 +6,53 @@
 //! waits until the consumer has reaped its completion. Completions are reaped
 //! in order, so by then every earlier completion has been consumed.
 //!
-//! A drain that waits too long must say so, but a timer per wait costs about
-//! as much as the rest of the drain's own work. So the waits are untimed, and
-//! one watchdog, which runs only while drains wait, wakes those that wait too
-//! long so that they can report themselves.
+//! A drain that waits too long must say so, but it must still sleep as the C
+//! drain does: untimed and uninterruptible, so that the hung-task detector
+//! (and `hung_task_panic`) sees it exactly as it would see the C drain, and
+//! without a WARN, which `panic_on_warn` would turn into a crash of a machine
+//! whose provider is merely slow. So the waiter never wakes for a report: one
+//! watchdog, which runs only while drains wait, prints the reports of those
+//! that wait long, from what their markers recorded when they were posted.
 
+use super::DeviceName;
 use crate::{
-    bindings, container_of, new_spinlock,
+    bindings, container_of,
     prelude::*,
-    sync::{atomic::Acquire, atomic::Atomic, atomic::Relaxed, atomic::Release},
+    print::{call_printk, format_strings},
     sync::{Arc, Completion, SetOnce, SpinLock},
     time::msecs_to_jiffies,
     types::Opaque,
     workqueue::{self, impl_has_delayed_work, new_delayed_work, DelayedWork, WorkItem},
 };
-use core::{cell::Cell, marker::PhantomPinned, ptr::null};
+use core::cell::Cell;
+
+/// How long a drain waits before it is reported, and how often after.
+pub const STUCK_REPORT_SECS: u32 = 5;
+
+/// What a posted marker drains, for its reports.
+#[derive(Clone, Copy)]
+pub(crate) struct Drained {
+    pub(crate) device: DeviceName,
+    pub(crate) qp_num: u32,
+    pub(crate) cq_id: u32,
+    pub(crate) queue: &'static str,
+}
 
 /// A drain marker: an `ib_cqe` whose `done` callback completes a [`Completion`].
 ///
-/// The provider keeps a pointer to the marker from the moment it is posted
-/// until its completion is reaped, so the marker is pinned, and dropping a
-/// posted marker waits for that completion first: it can never be freed while
-/// the provider may still touch it.
+/// It is posted only through the queue's
+/// [`WorkQueue::post_marker`](super::WorkQueue::post_marker), which records
+/// what it drains. The provider keeps a pointer to the marker from then until
+/// its completion is reaped, so the marker is pinned, and dropping a posted
+/// marker waits for that completion first: it can never be freed while the
+/// provider may still touch it.
 ///
 /// # Invariants
 ///
-/// `cqe.done` is [`DrainMarker::done_callback`].
+/// `cqe.done` is [`DrainMarker::done_callback`]. `link` is on the watchdog's
+/// list only while [`DrainMarker::wait`] runs. Meanwhile the watchdog reads
+/// `drained` (set before, under the watchdog's lock) and uses `ticks`, under
+/// that lock; the waiter only sleeps.
 #[pin_data(PinnedDrop)]
 pub struct DrainMarker {
     #[pin]
@@ -39,10 +60,13 @@ pub struct DrainMarker {
     #[pin]
     done: Completion,
     state: Cell<State>,
-    /// The watchdog has woken the waiter, which has not looked yet.
-    poked: Atomic<bool>,
+    /// What the marker drains, set when it is posted.
+    drained: Cell<Option<Drained>>,
     /// Its place on the watchdog's list while a drain waits on it.
-    watch: Watch,
+    #[pin]
+    link: Opaque<bindings::list_head>,
+    /// Watchdog ticks waited so far (under the watchdog's lock).
+    ticks: Cell<u32>,
 }
 
 /// Where a marker is in its one use.
@@ -60,15 +84,20 @@ impl DrainMarker {
     /// Creates an initializer for a new, not yet posted marker.
     #[inline]
     pub fn new() -> impl PinInit<Self> {
-        // INVARIANT: `cqe.done` is set to `done_callback` here and never changed.
+        // INVARIANT: `cqe.done` is set to `done_callback` here and never
+        // changed; `link` is on no list.
         pin_init!(Self {
             cqe: Opaque::new(bindings::ib_cqe {
                 done: Some(Self::done_callback),
             }),
             done <- Completion::new(),
             state: Cell::new(State::Fresh),
-            poked: Atomic::new(false),
-            watch: Watch::new(),
+            drained: Cell::new(None),
+            link <- Opaque::ffi_init(|p| {
+                // SAFETY: `p` is valid for writes; the head is pinned from now on.
+                unsafe { bindings::INIT_LIST_HEAD(p) }
+            }),
+            ticks: Cell::new(0),
         })
     }
 
@@ -90,22 +119,19 @@ impl DrainMarker {
         unsafe { (*marker).done.complete_all() };
     }
 
-    /// Returns the `ib_cqe` to put in a work request's `wr_cqe`.
+    /// Returns the `ib_cqe` to put in a work request's `wr_cqe`, if the
+    /// marker was never posted: a marker serves once.
     #[inline]
-    pub(crate) fn cqe(&self) -> *mut bindings::ib_cqe {
-        self.cqe.get()
+    pub(crate) fn cqe_if_fresh(&self) -> Option<*mut bindings::ib_cqe> {
+        (self.state.get() == State::Fresh).then(|| self.cqe.get())
     }
 
-    /// Records that the marker was posted: from now on it must complete.
+    /// Records that the marker was posted to drain `drained`: from now on it
+    /// must complete.
     #[inline]
-    pub(crate) fn set_posted(&self) {
+    pub(crate) fn set_posted(&self, drained: Drained) {
+        self.drained.set(Some(drained));
         self.state.set(State::Posted);
-    }
-
-    /// Returns `true` if the marker was never posted: a marker serves once.
-    #[inline]
-    pub fn is_fresh(&self) -> bool {
-        self.state.get() == State::Fresh
     }
 
     /// Returns `true` once the marker's completion has been reaped.
@@ -119,42 +145,57 @@ impl DrainMarker {
         done
     }
 
-    /// Waits, however long it takes, until the marker's completion has been
-    /// reaped, and calls `stuck` every `every_ms` milliseconds (give or take a
-    /// second) while it waits. Returns at once if the marker is not posted.
+    /// Prints that the drain has waited `secs` seconds for this marker. Does
+    /// nothing if the marker was not posted.
     #[inline]
-    pub fn wait_reporting(self: Pin<&Self>, every_ms: u32, mut stuck: impl FnMut()) {
+    pub fn report_waiting(&self, secs: u32) {
+        let Some(d) = self.drained.get() else {
+            return;
+        };
+        // SAFETY: A format string of `format_strings`, and a NUL-terminated
+        // prefix: the drain's messages are ib_core's, wherever this runs.
+        unsafe {
+            call_printk(
+                &format_strings::WARNING,
+                b"ib_core\0",
+                fmt!(
+                    "{}: QP {:#x}: {} drain waiting for {secs} s on CQ {}, marker not reaped yet\n",
+                    d.device,
+                    d.qp_num,
+                    d.queue,
+                    d.cq_id
+                ),
+            )
+        };
+    }
+
+    /// Waits, however long it takes, until the marker's completion has been
+    /// reaped; the watchdog reports the wait every [`STUCK_REPORT_SECS`].
+    /// Returns at once if the marker is not posted.
+    ///
+    /// The task sleeps uninterruptibly and is not woken before the marker
+    /// completes, as in the C drain.
+    #[inline]
+    pub fn wait(self: Pin<&Self>) {
         if self.state.get() != State::Posted {
             return;
         }
-        let Some(dog) = Watchdog::get() else {
-            // No watchdog (it could not be allocated): a timer per wait.
-            while !self
-                .done
-                .wait_for_completion_timeout(msecs_to_jiffies(every_ms))
-            {
-                stuck();
+        match Watchdog::get() {
+            Some(dog) => {
+                dog.add(self);
+                self.done.wait_for_completion();
+                dog.remove(self);
             }
-            self.state.set(State::Reaped);
-            return;
-        };
-        dog.add(self, every_ms);
-        loop {
-            self.done.wait_for_completion();
-            // Not poked: only the marker's `complete_all()` can have woken us,
-            // and the wait saw it finish.
-            if !self.poked.load(Acquire) {
-                break;
+            None => {
+                // No watchdog (it could not be allocated): report once from
+                // here, then sleep untimed like the C drain.
+                let every = msecs_to_jiffies(STUCK_REPORT_SECS * 1000);
+                if !self.done.wait_for_completion_timeout(every) {
+                    self.report_waiting(STUCK_REPORT_SECS);
+                    self.done.wait_for_completion();
+                }
             }
-            // The poke's count is used up, and no other poke comes while
-            // `poked` is set: only `complete_all()` can make this true.
-            if self.done.completion_done() {
-                break;
-            }
-            stuck();
-            self.poked.store(false, Release);
         }
-        dog.remove(self);
         self.state.set(State::Reaped);
     }
 }
@@ -162,59 +203,33 @@ impl DrainMarker {
 /// How often the watchdog looks at the waiting drains, in milliseconds.
 const WATCHDOG_TICK_MS: u32 = 1_000;
 
-/// A marker's links on the watchdog's list.
+/// Reports drains that have waited long on their markers. Runs once a tick
+/// while any drain waits, and not at all otherwise, on the power-efficient
+/// system queue (it is housekeeping).
 ///
 /// # Invariants
 ///
-/// The fields are only accessed with the watchdog's lock held.
-struct Watch {
-    prev: Cell<*const DrainMarker>,
-    next: Cell<*const DrainMarker>,
-    /// Watchdog ticks between two reports, and ticks left until the next.
-    every: Cell<u32>,
-    left: Cell<u32>,
-    _pin: PhantomPinned,
-}
-
-impl Watch {
-    const fn new() -> Self {
-        Self {
-            prev: Cell::new(null()),
-            next: Cell::new(null()),
-            every: Cell::new(0),
-            left: Cell::new(0),
-            _pin: PhantomPinned,
-        }
-    }
-}
-
-/// The head of the watchdog's list of waiting markers.
-///
-/// # Invariants
-///
-/// `first` and the markers' `watch` links form a doubly linked list of
-/// pinned, live markers: a marker is added by its waiter and taken off by the
-/// same waiter, under the lock that protects this, before the waiter returns.
-struct Waiting {
-    first: *const DrainMarker,
-    /// The watchdog will run (again).
-    armed: bool,
-}
-
-// SAFETY: The markers on the list are only touched with the lock held that
-// protects `Waiting`, from whichever task holds it.
-unsafe impl Send for Waiting {}
-
-/// Wakes drains that have waited too long on their markers, so that they
-/// report themselves. Runs once a tick while any drain waits, and not at all
-/// otherwise, on the power-efficient system queue (it is housekeeping).
+/// `waiting` is a list of the `link`s of pinned, live markers, changed only
+/// with `armed`'s lock held: a marker is added by its waiter and taken off by
+/// the same waiter before the waiter returns.
 #[pin_data]
 struct Watchdog {
+    /// The watchdog will run (again); its lock protects `waiting` too.
     #[pin]
-    waiting: SpinLock<Waiting>,
+    armed: SpinLock<bool>,
+    #[pin]
+    waiting: Opaque<bindings::list_head>,
     #[pin]
     work: DelayedWork<Watchdog>,
 }
+
+// SAFETY: The list is only touched with the lock held, from whichever task
+// holds it; the markers on it are only read through `Sync` fields or under
+// that lock.
+unsafe impl Send for Watchdog {}
+
+// SAFETY: See `Send`.
+unsafe impl Sync for Watchdog {}
 
 impl_has_delayed_work! {
     impl HasDelayedWork<Self> for Watchdog { self.work }
@@ -234,64 +249,47 @@ impl Watchdog {
         }
         let dog = Arc::pin_init(
             pin_init!(Self {
-                waiting <- new_spinlock!(Waiting { first: null(), armed: false }),
+                armed <- crate::new_spinlock!(false),
+                waiting <- Opaque::ffi_init(|p| {
+                    // SAFETY: `p` is valid for writes; the head is pinned.
+                    unsafe { bindings::INIT_LIST_HEAD(p) }
+                }),
                 work <- new_delayed_work!("ib_drain_watchdog"),
             }),
             // Drains run in I/O error recovery, perhaps under memory pressure:
-            // no reclaim here. Without the watchdog, drains use timed waits,
-            // and the next one tries again.
+            // no reclaim here. Without the watchdog, the drain reports itself
+            // once after a timed wait, and the next one tries again.
             GFP_NOWAIT | __GFP_NOWARN,
         )
         .ok()?;
         // A racing drain may have set it first (then this one is freed), or
-        // may still be setting it (then this drain uses a timer).
+        // may still be setting it (then this drain does without).
         WATCHDOG.populate(dog);
         WATCHDOG.as_ref()
     }
 
     /// Puts `marker` on the list, and makes sure that the watchdog runs.
     #[inline(never)]
-    fn add(self: &Arc<Self>, marker: Pin<&DrainMarker>, every_ms: u32) {
-        let m: *const DrainMarker = &*marker;
-        let ticks = (every_ms / WATCHDOG_TICK_MS).max(1);
-        let mut w = self.waiting.lock();
-        marker.watch.prev.set(null());
-        marker.watch.next.set(w.first);
-        marker.watch.every.set(ticks);
-        marker.watch.left.set(ticks);
-        if !w.first.is_null() {
-            // SAFETY: Markers on the list are alive: they leave it (under this
-            // lock) before their waiter returns.
-            unsafe { (*w.first).watch.prev.set(m) };
-        }
-        // INVARIANT: `marker` is pinned, and its waiter removes it before it
-        // returns (`wait_reporting`).
-        w.first = m;
-        if !w.armed {
+    fn add(self: &Arc<Self>, marker: Pin<&DrainMarker>) {
+        let mut armed = self.armed.lock();
+        marker.ticks.set(0);
+        // SAFETY: Both heads are valid and pinned; the lock is held. The
+        // marker's waiter takes it off (`remove`) before returning.
+        unsafe { bindings::list_add_tail(marker.link.get(), self.waiting.get()) };
+        if !*armed {
             // Pending already or queued now: it runs either way.
             let _ = workqueue::system_power_efficient()
                 .enqueue_delayed(self.clone(), msecs_to_jiffies(WATCHDOG_TICK_MS));
-            w.armed = true;
+            *armed = true;
         }
     }
 
     /// Takes `marker` off the list.
     #[inline(never)]
     fn remove(&self, marker: Pin<&DrainMarker>) {
-        let mut w = self.waiting.lock();
-        let (prev, next) = (marker.watch.prev.get(), marker.watch.next.get());
-        // SAFETY: Neighbours on the list are alive, as in `add`.
-        // INVARIANT: The list stays linked without `marker`.
-        unsafe {
-            if !next.is_null() {
-                (*next).watch.prev.set(prev);
-            }
-            if prev.is_null() {
-                w.first = next;
-            } else {
-                (*prev).watch.next.set(next);
-            }
-        }
+        let _armed = self.armed.lock();
+        // SAFETY: The marker is on the list (`add`); the lock is held.
+        unsafe { bindings::list_del_init(marker.link.get()) };
     }
 }
 
@@ -300,27 +298,29 @@ impl WorkItem for Watchdog {
 
     #[inline(never)]
     fn run(this: Arc<Watchdog>) {
-        let mut w = this.waiting.lock();
-        let mut m = w.first;
-        while !m.is_null() {
-            // SAFETY: Markers on the list are alive, as in `add`. From here,
-            // only `watch` (under the lock), the atomic `poked` and the `Sync`
-            // `done` are used.
-            let marker = unsafe { &*m };
-            let left = marker.watch.left.get() - 1;
-            // A waiter that has not looked at its last poke yet gets no other.
-            if left == 0 && !marker.poked.load(Relaxed) {
-                marker.watch.left.set(marker.watch.every.get());
-                // Before the wake-up: the woken waiter must see it.
-                marker.poked.store(true, Relaxed);
-                marker.done.complete();
-            } else {
-                marker.watch.left.set(left.max(1));
+        let mut armed = this.armed.lock();
+        let head = this.waiting.get();
+        // SAFETY: The lock is held, so the list and its markers stay as they
+        // are while it is walked.
+        let mut link = unsafe { (*head).next };
+        while link != head {
+            // SAFETY: Every entry but the head is the `link` of a live marker
+            // (type invariant); `Opaque<T>` is a transparent wrapper of `T`.
+            let marker = unsafe {
+                &*container_of!(link.cast::<Opaque<bindings::list_head>>(), DrainMarker, link)
+            };
+            let ticks = marker.ticks.get() + 1;
+            marker.ticks.set(ticks);
+            let secs = ticks * WATCHDOG_TICK_MS / 1000;
+            if ticks % (STUCK_REPORT_SECS * 1000 / WATCHDOG_TICK_MS) == 0 {
+                marker.report_waiting(secs);
             }
-            m = marker.watch.next.get();
+            // SAFETY: As above.
+            link = unsafe { (*link).next };
         }
-        w.armed = !w.first.is_null();
-        if w.armed {
+        // SAFETY: As above.
+        *armed = !unsafe { bindings::list_empty(head) };
+        if *armed {
             let _ = workqueue::system_power_efficient()
                 .enqueue_delayed(this.clone(), msecs_to_jiffies(WATCHDOG_TICK_MS));
         }
@@ -334,12 +334,7 @@ impl PinnedDrop for DrainMarker {
             return;
         }
         // The provider still points at this marker: freeing it before its
-        // completion would be a use-after-free, so wait, however long it takes.
-        while !self
-            .done
-            .wait_for_completion_timeout(msecs_to_jiffies(10_000))
-        {
-            pr_warn!("RDMA drain marker still pending, waiting for its completion\n");
-        }
+        // completion would be a use-after-free. Wait as `wait` does.
+        self.as_ref().wait();
     }
 }

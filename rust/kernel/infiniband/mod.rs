@@ -29,10 +29,8 @@ mod srq;
 
 pub use cq::{Cq, OwnedCq, PollContext};
 pub use cqe::{CompletionHandler, Cqe, WcStatus, WorkCompletion};
-pub use device::{Device, DeviceRef, GidAttr};
-pub use marker::DrainMarker;
+pub use device::{Device, DeviceName, DeviceRef, GidAttr};
+pub use marker::{DrainMarker, STUCK_REPORT_SECS};
 pub use pd::Pd;
-pub use qp::{
-    drain_rq_concurrently, OwnedQp, Qp, QpConfig, RawQp, RecvQueue, SendQueue, WorkQueue,
-};
+pub use qp::{drain_rq_concurrently, OwnedQp, Qp, QpConfig, RecvQueue, SendQueue, WorkQueue};
 pub use srq::OwnedSrq;

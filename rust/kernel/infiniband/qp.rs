@@ -5,7 +5,8 @@
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
 use super::{
-    slots::WrSlots, CompletionHandler, Cq, Cqe, Device, DrainMarker, GidAttr, OwnedCq, OwnedSrq, Pd,
+    marker::Drained, slots::WrSlots, CompletionHandler, Cq, Cqe, Device, DrainMarker, GidAttr,
+    OwnedCq, OwnedSrq, Pd,
 };
 use crate::{
     bindings,
@@ -15,6 +16,7 @@ use crate::{
     types::Opaque,
 };
 use crate::{
+    sync::atomic::{Atomic, Full, Relaxed},
     sync::{Arc, Completion},
     workqueue::{self, Work, WorkItem},
 };
@@ -23,11 +25,7 @@ use core::{
     marker::PhantomData,
     ops::Deref,
     ptr::NonNull,
-    sync::atomic::{AtomicU32, AtomicUsize, Ordering},
 };
-
-/// The C `struct ib_qp`, for `extern "C"` entry points that receive one.
-pub type RawQp = bindings::ib_qp;
 
 /// A view of a queue pair (`struct ib_qp`).
 ///
@@ -172,8 +170,18 @@ impl Qp {
     }
 }
 
+mod private {
+    /// Only this crate's queues are work queues: the drain trusts them.
+    pub trait Sealed {}
+}
+
 /// One work queue of a QP, as far as a drain needs it.
-pub trait WorkQueue<'a> {
+///
+/// The drain's own steps are `unsafe`: they are safe under the C drain's
+/// contract (`ib_drain_rq()`'s kernel-doc), which only the drain can promise.
+/// An [`OwnedQp`] keeps that contract by construction and drains through the
+/// exported C functions.
+pub trait WorkQueue<'a>: private::Sealed {
     /// `"recv"` or `"send"`, for messages.
     const NAME: &'static str;
 
@@ -183,28 +191,60 @@ pub trait WorkQueue<'a> {
     /// The CQ the queue's completions go to, if it has one.
     fn cq(&self) -> Option<&'a Cq>;
 
-    /// Runs the provider's own drain for this queue; `false` if it has none.
-    fn provider_drain(&mut self) -> bool;
-
     /// Returns `true` if the QP takes this queue's work requests from a shared
     /// queue: the QP then has no queue of its own to post a marker on.
     fn is_shared(&self) -> bool {
         false
     }
 
-    /// Posts `marker` behind all outstanding work requests.
-    fn post_marker(&mut self, marker: Pin<&DrainMarker>) -> Result;
+    /// Runs the provider's own drain for this queue; `false` if it has none.
+    ///
+    /// # Safety
+    ///
+    /// The C drain's contract: the queue and its CQ have room for one more
+    /// work request, and the CQ comes from `ib_alloc_cq()`.
+    unsafe fn provider_drain(&mut self) -> bool;
+
+    /// Posts `marker` behind all outstanding work requests, and records what
+    /// it drains for the reports of a long wait. Fails with `EBUSY` if the
+    /// marker was posted before.
+    ///
+    /// # Safety
+    ///
+    /// As for [`WorkQueue::provider_drain`]: a marker posted to a full queue
+    /// or CQ, or to a CQ that does not call `ib_cqe::done`, never completes.
+    unsafe fn post_marker(&mut self, marker: Pin<&DrainMarker>) -> Result;
 
     /// Polls the queue's CQ in the caller's context; returns how many
     /// completions were reaped.
-    fn poll_cq(&mut self) -> i32 {
+    ///
+    /// # Safety
+    ///
+    /// The CQ comes from `ib_alloc_cq()` (its `wr_id`s are `ib_cqe`s), and
+    /// the handlers of its completions may run in the caller's context: it is
+    /// polled directly ([`PollContext::Direct`](super::PollContext::Direct)),
+    /// or the caller is the drain of a QP on an SRQ.
+    unsafe fn poll_cq(&mut self) -> i32 {
         match self.cq() {
-            // SAFETY: Direct processing may run beside other pollers: it reaps
-            // into its own stack array and providers serialize `poll_cq`.
+            // SAFETY: The caller guarantees both. Direct processing may run
+            // beside other pollers: it reaps into its own stack array and
+            // providers serialize `poll_cq`.
             Some(cq) => unsafe { cq.process_direct(-1) },
             None => 0,
         }
     }
+}
+
+/// Records what `marker` drains, now that it is posted on `q`.
+#[inline]
+fn record_posted<'a, Q: WorkQueue<'a>>(q: &Q, marker: &DrainMarker) {
+    let qp = q.qp();
+    marker.set_posted(Drained {
+        device: qp.device().name(),
+        qp_num: qp.qp_num(),
+        cq_id: q.cq().map_or(0, |cq| cq.id()),
+        queue: Q::NAME,
+    });
 }
 
 /// The right to post receive work requests on a QP.
@@ -217,6 +257,8 @@ pub struct RecvQueue<'a> {
     qp: &'a Qp,
     slots: Option<&'a WrSlots>,
 }
+
+impl private::Sealed for RecvQueue<'_> {}
 
 impl<'a> WorkQueue<'a> for RecvQueue<'a> {
     const NAME: &'static str = "recv";
@@ -238,23 +280,22 @@ impl<'a> WorkQueue<'a> for RecvQueue<'a> {
     }
 
     #[inline]
-    fn provider_drain(&mut self) -> bool {
-        // SAFETY: By the type invariant nobody posts receives meanwhile.
+    unsafe fn provider_drain(&mut self) -> bool {
+        // SAFETY: By the type invariant nobody posts receives meanwhile; the
+        // caller guarantees the rest of the drain contract.
         unsafe { self.qp.run_provider_drain(self.qp.device().ops().drain_rq) }
     }
 
     #[inline]
-    fn post_marker(&mut self, marker: Pin<&DrainMarker>) -> Result {
-        if !marker.is_fresh() {
-            return Err(EBUSY);
-        }
+    unsafe fn post_marker(&mut self, marker: Pin<&DrainMarker>) -> Result {
+        let cqe = marker.cqe_if_fresh().ok_or(EBUSY)?;
         let mut wr = bindings::ib_recv_wr::default();
-        wr.__bindgen_anon_1.wr_cqe = marker.cqe();
+        wr.__bindgen_anon_1.wr_cqe = cqe;
         // SAFETY: The QP and `wr` are valid. The marker is pinned and, once
         // posted, is not dropped before its completion (`DrainMarker`'s drop).
         // By the type invariant nobody else posts receives now.
         to_result(unsafe { bindings::ib_post_recv(self.qp.as_raw(), &wr, core::ptr::null_mut()) })?;
-        marker.set_posted();
+        record_posted(self, &marker);
         Ok(())
     }
 }
@@ -282,9 +323,13 @@ impl<'a> RecvQueue<'a> {
     }
 
     /// Polls at most `budget` completions from `cq` in the caller's context.
+    ///
+    /// # Safety
+    ///
+    /// As for [`WorkQueue::poll_cq`], for `cq`.
     #[inline]
-    pub fn poll_srq_cq(&mut self, cq: &Cq, budget: i32) -> i32 {
-        // SAFETY: As for `WorkQueue::poll_cq`.
+    pub unsafe fn poll_srq_cq(&mut self, cq: &Cq, budget: i32) -> i32 {
+        // SAFETY: The caller guarantees that `cq` may be polled here.
         unsafe { cq.process_direct(budget) }
     }
 }
@@ -299,6 +344,8 @@ pub struct SendQueue<'a> {
     qp: &'a Qp,
     slots: Option<&'a WrSlots>,
 }
+
+impl private::Sealed for SendQueue<'_> {}
 
 impl<'a> WorkQueue<'a> for SendQueue<'a> {
     const NAME: &'static str = "send";
@@ -315,37 +362,45 @@ impl<'a> WorkQueue<'a> for SendQueue<'a> {
     }
 
     #[inline]
-    fn provider_drain(&mut self) -> bool {
-        // SAFETY: By the type invariant nobody posts sends meanwhile.
+    unsafe fn provider_drain(&mut self) -> bool {
+        // SAFETY: By the type invariant nobody posts sends meanwhile; the
+        // caller guarantees the rest of the drain contract.
         unsafe { self.qp.run_provider_drain(self.qp.device().ops().drain_sq) }
     }
 
     #[inline]
-    fn post_marker(&mut self, marker: Pin<&DrainMarker>) -> Result {
-        if !marker.is_fresh() {
-            return Err(EBUSY);
-        }
+    unsafe fn post_marker(&mut self, marker: Pin<&DrainMarker>) -> Result {
+        let cqe = marker.cqe_if_fresh().ok_or(EBUSY)?;
         // A zero-length RDMA WRITE: valid on every connected QP, and flushed
         // like any other send once the QP is in the error state.
         let mut wr = bindings::ib_rdma_wr::default();
-        wr.wr.__bindgen_anon_1.wr_cqe = marker.cqe();
+        wr.wr.__bindgen_anon_1.wr_cqe = cqe;
         wr.wr.opcode = bindings::ib_wr_opcode_IB_WR_RDMA_WRITE;
         // SAFETY: As for `RecvQueue::post_marker`, for the send queue.
         to_result(unsafe {
             bindings::ib_post_send(self.qp.as_raw(), &wr.wr, core::ptr::null_mut())
         })?;
-        marker.set_posted();
+        record_posted(self, &marker);
         Ok(())
     }
 }
 
 impl RecvQueue<'_> {
     /// Reaps the receive CQ in the caller's context, if it is polled
-    /// directly ([`PollContext::Direct`]); returns how many completions.
+    /// directly ([`PollContext::Direct`](super::PollContext::Direct)) and
+    /// comes from `ib_alloc_cq()`; returns how many completions, 0 for any
+    /// other CQ.
     #[inline]
     pub fn poll_cq_direct(&mut self) -> i32 {
         match self.cq() {
-            Some(cq) if cq.poll_context() == Some(super::PollContext::Direct) => self.poll_cq(),
+            Some(cq)
+                if cq.calls_cqe_done()
+                    && cq.poll_context() == Some(super::PollContext::Direct) =>
+            {
+                // SAFETY: Just checked: from ib_alloc_cq(), and nobody else
+                // runs its handlers.
+                unsafe { self.poll_cq() }
+            }
             _ => 0,
         }
     }
@@ -519,7 +574,12 @@ impl<'a> OwnedQp<'a> {
         let send = config.send_depth.checked_add(1).ok_or(EINVAL)?;
         let sq_slots = WrSlots::new(config.send_depth)?;
         let rq_slots = WrSlots::new(recv.saturating_sub(1))?;
-        let events = KBox::new(QpEvents::default(), GFP_KERNEL)?;
+        let events = KBox::new(
+            QpEvents {
+                last_wqe: Atomic::new(0),
+            },
+            GFP_KERNEL,
+        )?;
         if core::ptr::eq(send_cq, recv_cq) {
             send_cq.reserve(send.checked_add(recv).ok_or(EINVAL)?)?;
         } else {
@@ -578,7 +638,7 @@ impl<'a> OwnedQp<'a> {
     /// SRQ has one when it enters the error state.
     #[inline]
     pub fn last_wqe_events(&self) -> u32 {
-        self.events.last_wqe.load(Ordering::Relaxed)
+        self.events.last_wqe.load(Relaxed)
     }
 
     /// Returns the queue depths the QP was created with.
@@ -764,9 +824,8 @@ impl Drop for OwnedQp<'_> {
 }
 
 /// Counts a QP's asynchronous events; the QP's `qp_context` points to it.
-#[derive(Default)]
 struct QpEvents {
-    last_wqe: AtomicU32,
+    last_wqe: Atomic<u32>,
 }
 
 impl QpEvents {
@@ -780,7 +839,7 @@ impl QpEvents {
         // `QpEvents` only after destroying the QP.
         let (event, this) = unsafe { ((*event).event, &*context.cast::<QpEvents>()) };
         if event == bindings::ib_event_type_IB_EVENT_QP_LAST_WQE_REACHED {
-            this.last_wqe.fetch_add(1, Ordering::Relaxed);
+            this.last_wqe.add(1, Relaxed);
         }
     }
 }
@@ -795,7 +854,7 @@ pub fn drain_rq_concurrently(qps: &mut [OwnedQp<'_>]) -> Result {
     let n = qps.len();
     let countdown = Arc::pin_init(
         pin_init!(Countdown {
-            left: AtomicUsize::new(n),
+            left: Atomic::new(n),
             zero <- Completion::new(),
         }),
         GFP_KERNEL,
@@ -819,7 +878,7 @@ pub fn drain_rq_concurrently(qps: &mut [OwnedQp<'_>]) -> Result {
 /// Counts the drains of [`drain_rq_concurrently`] down to zero.
 #[pin_data]
 struct Countdown {
-    left: AtomicUsize,
+    left: Atomic<usize>,
     #[pin]
     zero: Completion,
 }
@@ -827,7 +886,7 @@ struct Countdown {
 impl Countdown {
     #[inline]
     fn count_down(&self, k: usize) {
-        if self.left.fetch_sub(k, Ordering::AcqRel) == k {
+        if self.left.fetch_sub(k, Full) == k {
             self.zero.complete_all();
         }
     }
