@@ -63,7 +63,7 @@ kernel=$(defined "$build/rust/kernel.o" -C) || fail "cannot read rust/kernel.o"
 mods=("$core"/drain*.o)
 mapfile -t -O "${#mods[@]}" mods < <(find "$ext" -name '*.o' ! -name '*.mod.o' 2>/dev/null)
 [ "${#mods[@]}" -ge 4 ] || fail "expected drain.o, drain_test.o and the project's modules, found: ${mods[*]}"
-for t in infiniband::marker::Watchdog infiniband::qp::DrainJob; do
+for t in infiniband::marker::Watchdog infiniband::concurrent::DrainJob; do
 	# No grep -q in pipes here: with pipefail, its early exit is a failure.
 	if ! grep -F "$t>" <<<"$kernel" | grep -F 'WorkItemPointer<0>>::run' >/dev/null; then
 		fail "the work function of $t is not in rust/kernel.o (vmlinux)"

@@ -5,7 +5,8 @@
 
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::infiniband::{
-    CompletionHandler, DeviceRef, GidAttr, OwnedQp, PollContext, WcStatus, WorkCompletion,
+    CompletionHandler, DeviceRef, GidAttr, Mtu, OwnedQp, PollContext, RcParams, WcStatus,
+    WorkCompletion,
 };
 use kernel::prelude::*;
 
@@ -52,12 +53,28 @@ impl Counter {
     }
 }
 
+/// The connection the tests use: rxe's default MTU, and retries that ride
+/// out a busy TCG guest (RNR retried forever: a test may post its receives
+/// after the peer sends).
+pub(crate) const RC: RcParams = RcParams {
+    mtu: Mtu::Mtu1024,
+    timeout: 14,
+    retry_cnt: 7,
+    rnr_retry: 7,
+    min_rnr_timer: 12,
+    max_rd_atomic: 1,
+    max_dest_rd_atomic: 1,
+    hop_limit: 64,
+    sq_psn: 0,
+    rq_psn: 0,
+};
+
 /// Takes two QPs in RESET to INIT on port 1 and connects them to each other
 /// through `gid`.
-pub(crate) fn connect_pair(a: &mut OwnedQp<'_>, b: &mut OwnedQp<'_>, gid: &GidAttr) -> Result {
+pub(crate) fn connect_pair(a: &mut OwnedQp, b: &mut OwnedQp, gid: &GidAttr) -> Result {
     a.init(1)?;
     b.init(1)?;
     let (qpn_a, qpn_b) = (a.qp_num(), b.qp_num());
-    a.connect(gid, qpn_b)?;
-    b.connect(gid, qpn_a)
+    a.connect(gid, qpn_b, &RC)?;
+    b.connect(gid, qpn_a, &RC)
 }

@@ -74,7 +74,7 @@ struct Totals {
 /// The two QPs of a pair, their CQ's poll context, and their completions.
 struct Pair<'a> {
     ctx: PollContext,
-    qps: [OwnedQp<'a>; 2],
+    qps: [OwnedQp; 2],
     recv: Pin<&'a Cqe<Counter>>,
     send: Pin<&'a Cqe<Counter>>,
 }
@@ -139,7 +139,7 @@ fn cycle(p: &mut Pair<'_>, gid: &GidAttr, rng: &mut Rng, t: &mut Totals) -> Resu
 /// One worker: a pair of QPs per poll context, `cycles` cycles each.
 fn run_worker(index: u32, cycles: u32) -> Result<Totals> {
     let dev = rxe()?;
-    let gid = GidAttr::find_ipv4(&dev, 1)?;
+    let gid = GidAttr::find(&dev, 1, GidAttr::is_ipv4)?;
     let pd = Pd::alloc(&dev)?;
     let cfg = QpConfig {
         send_depth: DEPTH,

@@ -4,14 +4,16 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
-use super::Device;
-use crate::{bindings, error::from_err_ptr, prelude::*, types::Opaque};
-use core::{
-    marker::PhantomData,
-    ops::Deref,
-    ptr::NonNull,
-    sync::atomic::{AtomicU32, Ordering},
+use super::DeviceRef;
+use crate::{
+    bindings,
+    error::from_err_ptr,
+    prelude::*,
+    sync::atomic::{Atomic, Relaxed},
+    sync::Arc,
+    types::Opaque,
 };
+use core::{ops::Deref, ptr::NonNull};
 
 /// The context in which the completions of a [`Cq`] are reaped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -166,35 +168,50 @@ mod trace {
     }
 }
 
-/// A completion queue allocated with `ib_alloc_cq()`, freed when dropped.
+/// A completion queue allocated with `ib_alloc_cq()`, freed when the last
+/// reference is dropped.
 ///
-/// Every QP created on it reserves room for all the work requests it can have
-/// outstanding plus one drain marker per work queue, so a drain can never find
-/// the CQ full: a full CQ drops the marker's completion and the drain would
-/// wait forever.
+/// Every QP created on it holds a reference and reserves room for all the
+/// work requests it can have outstanding plus one drain marker per work
+/// queue, so a drain can never find the CQ full: a full CQ drops the marker's
+/// completion and the drain would wait forever.
 ///
 /// # Invariants
 ///
-/// `ptr` is a valid CQ from `ib_alloc_cq()` owned by this object, with
-/// `capacity` entries of which `reserved` are promised to QPs.
-pub struct OwnedCq<'d> {
+/// `ptr` is a valid CQ from `ib_alloc_cq()` on `dev`, owned by this object,
+/// with `capacity` entries of which `reserved` are promised to QPs.
+pub struct OwnedCq {
     ptr: NonNull<bindings::ib_cq>,
     capacity: u32,
-    reserved: AtomicU32,
-    _dev: PhantomData<&'d Device>,
+    reserved: Atomic<u32>,
+    dev: DeviceRef,
 }
 
 // SAFETY: A CQ may be used and freed from any thread.
-unsafe impl Send for OwnedCq<'_> {}
+unsafe impl Send for OwnedCq {}
 
 // SAFETY: The reservation count is atomic; everything else is read-only.
-unsafe impl Sync for OwnedCq<'_> {}
+unsafe impl Sync for OwnedCq {}
 
-impl<'d> OwnedCq<'d> {
+impl OwnedCq {
     /// Allocates a CQ with `entries` entries on `dev`, polled in `ctx`.
     #[inline]
     pub fn alloc(
-        dev: &'d Device,
+        dev: &DeviceRef,
+        entries: u32,
+        comp_vector: i32,
+        ctx: PollContext,
+    ) -> Result<Arc<Self>> {
+        Ok(Arc::new(
+            Self::alloc_unshared(dev, entries, comp_vector, ctx)?,
+            GFP_KERNEL,
+        )?)
+    }
+
+    /// Like [`OwnedCq::alloc`], for an owner that frees it itself.
+    #[inline]
+    pub(crate) fn alloc_unshared(
+        dev: &DeviceRef,
         entries: u32,
         comp_vector: i32,
         ctx: PollContext,
@@ -216,36 +233,47 @@ impl<'d> OwnedCq<'d> {
         Ok(Self {
             ptr,
             capacity: entries,
-            reserved: AtomicU32::new(0),
-            _dev: PhantomData,
+            reserved: Atomic::new(0),
+            dev: dev.clone(),
         })
     }
 
     /// Reserves `n` entries for a work queue; `EBUSY` if the CQ has no room.
     #[inline]
     pub(crate) fn reserve(&self, n: u32) -> Result {
-        self.reserved
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| {
-                r.checked_add(n).filter(|&t| t <= self.capacity)
-            })
-            .map(|_| ())
-            .map_err(|_| EBUSY)
+        let mut old = self.reserved.load(Relaxed);
+        loop {
+            let new = old
+                .checked_add(n)
+                .filter(|&t| t <= self.capacity)
+                .ok_or(EBUSY)?;
+            match self.reserved.cmpxchg(old, new, Relaxed) {
+                Ok(_) => return Ok(()),
+                Err(cur) => old = cur,
+            }
+        }
     }
 
     /// Returns `n` entries reserved with [`OwnedCq::reserve`].
     #[inline]
     pub(crate) fn unreserve(&self, n: u32) {
-        self.reserved.fetch_sub(n, Ordering::Relaxed);
+        self.reserved.fetch_sub(n, Relaxed);
     }
 
     /// Returns the number of entries not yet reserved by QPs.
     #[inline]
     pub fn available(&self) -> u32 {
-        self.capacity - self.reserved.load(Ordering::Relaxed)
+        self.capacity - self.reserved.load(Relaxed)
+    }
+
+    /// Returns the device the CQ is on.
+    #[inline]
+    pub fn device(&self) -> &DeviceRef {
+        &self.dev
     }
 }
 
-impl Deref for OwnedCq<'_> {
+impl Deref for OwnedCq {
     type Target = Cq;
 
     #[inline]
@@ -255,7 +283,7 @@ impl Deref for OwnedCq<'_> {
     }
 }
 
-impl Drop for OwnedCq<'_> {
+impl Drop for OwnedCq {
     #[inline]
     fn drop(&mut self) {
         // A softirq poller that handed us the last completion may still be
@@ -268,7 +296,8 @@ impl Drop for OwnedCq<'_> {
             crate::sync::rcu::synchronize_rcu();
         }
         // SAFETY: By the type invariant we own the CQ, and it came from
-        // ib_alloc_cq(); the QPs on it borrow `self`, so they are gone.
+        // ib_alloc_cq(); the QPs on it hold references to `self`, so they are
+        // gone. (ib_free_cq() keeps a CQ that is still used, and WARNs.)
         unsafe { bindings::ib_free_cq(self.ptr.as_ptr()) };
     }
 }

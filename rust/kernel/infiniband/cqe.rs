@@ -5,10 +5,10 @@
 use crate::{
     bindings, container_of,
     prelude::*,
+    sync::atomic::{Acquire, Atomic, Relaxed, Release},
     time::{delay::fsleep, Delta},
     types::Opaque,
 };
-use core::sync::atomic::{AtomicUsize, Ordering};
 
 /// Status of a work completion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,7 +66,7 @@ pub trait CompletionHandler: Sync {
 pub struct Cqe<H: CompletionHandler> {
     #[pin]
     cqe: Opaque<bindings::ib_cqe>,
-    outstanding: AtomicUsize,
+    outstanding: Atomic<usize>,
     handler: H,
 }
 
@@ -85,7 +85,7 @@ impl<H: CompletionHandler> Cqe<H> {
             cqe: Opaque::new(bindings::ib_cqe {
                 done: Some(Self::done_callback),
             }),
-            outstanding: AtomicUsize::new(0),
+            outstanding: Atomic::new(0),
             handler,
         })
     }
@@ -97,7 +97,7 @@ impl<H: CompletionHandler> Cqe<H> {
 
     /// Returns the number of posted work requests not completed yet.
     pub fn outstanding(&self) -> usize {
-        self.outstanding.load(Ordering::Acquire)
+        self.outstanding.load(Acquire)
     }
 
     /// # Safety
@@ -112,34 +112,36 @@ impl<H: CompletionHandler> Cqe<H> {
         let this = unsafe { &*container_of!(cqe.cast::<Opaque<bindings::ib_cqe>>(), Self, cqe) };
         // SAFETY: `WorkCompletion` is a transparent wrapper of `struct ib_wc`.
         this.handler.done(unsafe { &*wc.cast::<WorkCompletion>() });
-        this.outstanding.fetch_sub(1, Ordering::Release);
+        this.outstanding.fetch_sub(1, Release);
     }
 
     /// Counts a work request about to be posted with this entry.
     pub(crate) fn get(&self) -> *mut bindings::ib_cqe {
-        self.outstanding.fetch_add(1, Ordering::Relaxed);
+        self.outstanding.add(1, Relaxed);
         self.cqe.get()
     }
 
     /// Like [`Cqe::get`], unless `max` work requests are outstanding already.
     pub(crate) fn get_bounded(&self, max: usize) -> Option<*mut bindings::ib_cqe> {
-        self.outstanding
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| self.cqe.get())
+        let mut n = self.outstanding.load(Relaxed);
+        while n < max {
+            match self.outstanding.cmpxchg(n, n + 1, Relaxed) {
+                Ok(_) => return Some(self.cqe.get()),
+                Err(cur) => n = cur,
+            }
+        }
+        None
     }
 
     /// Undoes [`Cqe::get`] for a work request that was not posted.
     pub(crate) fn put_unposted(&self) {
-        self.outstanding.fetch_sub(1, Ordering::Relaxed);
+        self.outstanding.fetch_sub(1, Relaxed);
     }
 
     /// Forgets the work requests still counted: their queue was destroyed
     /// and its CQ freed, so they will never complete.
     pub(crate) fn forget_outstanding(&self) {
-        self.outstanding.store(0, Ordering::Release);
+        self.outstanding.store(0, Release);
     }
 }
 
@@ -148,13 +150,13 @@ impl<H: CompletionHandler> PinnedDrop for Cqe<H> {
     fn drop(self: Pin<&mut Self>) {
         // A posted work request still points at this entry: wait for it.
         let mut waited_ms = 0u32;
-        while self.outstanding.load(Ordering::Acquire) != 0 {
+        while self.outstanding.load(Acquire) != 0 {
             fsleep(Delta::from_millis(1));
             waited_ms += 1;
             if waited_ms % 10_000 == 0 {
                 pr_warn!(
                     "RDMA completion entry dropped with {} work requests outstanding, waiting\n",
-                    self.outstanding.load(Ordering::Relaxed)
+                    self.outstanding.load(Relaxed)
                 );
             }
         }

@@ -153,6 +153,18 @@ impl Deref for DeviceRef {
     }
 }
 
+impl Clone for DeviceRef {
+    #[inline]
+    fn clone(&self) -> Self {
+        // SAFETY: By the type invariant `self` holds a reference, so the count
+        // is not zero and the device not unregistered: one more may be taken,
+        // as `ib_device_try_get()` would.
+        unsafe { bindings::refcount_inc(&raw mut (*self.ptr.as_ptr()).refcount) };
+        // INVARIANT: The reference just taken.
+        Self { ptr: self.ptr }
+    }
+}
+
 impl Drop for DeviceRef {
     #[inline]
     fn drop(&mut self) {
@@ -184,13 +196,20 @@ impl GidAttr {
         NonNull::new(ptr).map(|ptr| Self { ptr }).ok_or(ENOENT)
     }
 
-    /// Returns the first entry of `port` whose GID is an IPv4 address.
+    /// Returns the first valid entry of `port`'s GID table that satisfies
+    /// `pred`, or `ENOENT`.
     #[inline]
-    pub fn find_ipv4(dev: &Device, port: u32) -> Result<Self> {
-        (0..16)
-            .filter_map(|i| Self::get(dev, port, i).ok())
-            .find(|g| g.is_ipv4())
-            .ok_or(ENOENT)
+    pub fn find(dev: &Device, port: u32, pred: impl Fn(&GidAttr) -> bool) -> Result<Self> {
+        for index in 0..=u32::from(u16::MAX) {
+            match Self::get(dev, port, index) {
+                Ok(g) if pred(&g) => return Ok(g),
+                // Past the end of the table, or no such port.
+                Err(e) if e == EINVAL => break,
+                // A valid entry that does not match, or an empty one.
+                _ => {}
+            }
+        }
+        Err(ENOENT)
     }
 
     #[inline]

@@ -18,10 +18,12 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
+mod concurrent;
 mod cq;
 mod cqe;
 mod device;
 mod marker;
+mod owned_qp;
 mod pd;
 mod qp;
 mod slots;
@@ -32,5 +34,7 @@ pub use cqe::{CompletionHandler, Cqe, WcStatus, WorkCompletion};
 pub use device::{Device, DeviceName, DeviceRef, GidAttr};
 pub use marker::{DrainMarker, STUCK_REPORT_SECS};
 pub use pd::Pd;
-pub use qp::{drain_rq_concurrently, OwnedQp, Qp, QpConfig, RecvQueue, SendQueue, WorkQueue};
+pub use concurrent::drain_rq_concurrently;
+pub use owned_qp::{Mtu, OwnedQp, QpConfig, RcParams};
+pub use qp::{Qp, RecvQueue, SendQueue, WorkQueue};
 pub use srq::OwnedSrq;

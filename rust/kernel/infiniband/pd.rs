@@ -4,42 +4,43 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
-use super::Device;
-use crate::{bindings, error::from_err_ptr, prelude::*};
-use core::{marker::PhantomData, ptr::NonNull};
+use super::DeviceRef;
+use crate::{bindings, error::from_err_ptr, prelude::*, sync::Arc};
+use core::ptr::NonNull;
 
-/// A protection domain, deallocated when dropped.
+/// A protection domain, deallocated when the last reference is dropped.
+///
+/// The objects created on it (QPs, SRQs) hold a reference, so it outlives
+/// them, even one that is leaked.
 ///
 /// # Invariants
 ///
-/// `ptr` is a valid `struct ib_pd` owned by this object, on a device that
-/// outlives `'d`.
-pub struct Pd<'d> {
+/// `ptr` is a valid `struct ib_pd` owned by this object, on `dev`.
+pub struct Pd {
     ptr: NonNull<bindings::ib_pd>,
-    _dev: PhantomData<&'d Device>,
+    dev: DeviceRef,
 }
 
 // SAFETY: A PD may be used and deallocated from any thread.
-unsafe impl Send for Pd<'_> {}
+unsafe impl Send for Pd {}
 
 // SAFETY: `Pd` has no methods that mutate it through `&self`.
-unsafe impl Sync for Pd<'_> {}
+unsafe impl Sync for Pd {}
 
-impl<'d> Pd<'d> {
+impl Pd {
     /// Allocates a protection domain on `dev`.
     #[inline]
-    pub fn alloc(dev: &'d Device) -> Result<Self> {
+    pub fn alloc(dev: &DeviceRef) -> Result<Arc<Self>> {
         // SAFETY: `dev` is a valid, registered device.
         let ptr = from_err_ptr(unsafe {
             bindings::__ib_alloc_pd(dev.as_raw(), 0, c"kernel::infiniband".as_char_ptr())
         })?;
         // INVARIANT: __ib_alloc_pd() returned a valid PD or an error.
-        NonNull::new(ptr)
-            .map(|ptr| Self {
-                ptr,
-                _dev: PhantomData,
-            })
-            .ok_or(ENOMEM)
+        let pd = Self {
+            ptr: NonNull::new(ptr).ok_or(ENOMEM)?,
+            dev: dev.clone(),
+        };
+        Ok(Arc::new(pd, GFP_KERNEL)?)
     }
 
     /// Returns the raw `struct ib_pd` pointer.
@@ -47,13 +48,23 @@ impl<'d> Pd<'d> {
     pub fn as_raw(&self) -> *mut bindings::ib_pd {
         self.ptr.as_ptr()
     }
+
+    /// Returns the device the PD is on.
+    #[inline]
+    pub fn device(&self) -> &DeviceRef {
+        &self.dev
+    }
 }
 
-impl Drop for Pd<'_> {
+impl Drop for Pd {
     #[inline]
     fn drop(&mut self) {
-        // SAFETY: By the type invariant we own the PD; the QPs on it borrow
-        // `self`, so they are gone already.
-        unsafe { bindings::ib_dealloc_pd_user(self.as_raw(), core::ptr::null_mut()) };
+        // SAFETY: By the type invariant we own the PD; the objects on it hold
+        // references to `self`, so they are gone already.
+        let ret = unsafe { bindings::ib_dealloc_pd_user(self.as_raw(), core::ptr::null_mut()) };
+        if ret != 0 {
+            // The provider kept it: so does the C side, and it is leaked.
+            pr_warn!("{}: ib_dealloc_pd_user() failed: {ret}\n", self.dev.name());
+        }
     }
 }

@@ -13,13 +13,11 @@
 use crate::{
     bindings, container_of,
     prelude::*,
+    sync::atomic::{Acquire, Atomic, Relaxed, Release},
     time::{delay::fsleep, Delta},
     types::Opaque,
 };
-use core::{
-    ptr::null_mut,
-    sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering},
-};
+use core::ptr::null_mut;
 
 /// The trampoline of one posted work request.
 ///
@@ -30,7 +28,7 @@ use core::{
 struct Slot {
     cqe: Opaque<bindings::ib_cqe>,
     /// The caller's `ib_cqe` while a work request uses the slot, else null.
-    target: AtomicPtr<bindings::ib_cqe>,
+    target: Atomic<*mut bindings::ib_cqe>,
     owner: *const WrSlots,
 }
 
@@ -47,7 +45,7 @@ impl Slot {
         // SAFETY: `cqe` is the `cqe` field of a live slot (`Opaque<T>` is a
         // transparent wrapper of `T`): its owner waits until it is free.
         let slot = unsafe { &*container_of!(cqe.cast::<Opaque<bindings::ib_cqe>>(), Slot, cqe) };
-        let target = slot.target.load(Ordering::Acquire);
+        let target = slot.target.load(Acquire);
         // SAFETY: `wc` is valid and ours while this runs; `target` is the entry
         // the work request was posted with, live until its completion ran.
         unsafe {
@@ -57,11 +55,11 @@ impl Slot {
             }
         }
         let owner = slot.owner;
-        slot.target.store(null_mut(), Ordering::Release);
-        // SAFETY: By the type invariant `owner` holds the slot; it waits for
-        // `in_use` to drop to zero before it frees them, and this is the last
-        // access to either.
-        unsafe { (*owner).in_use.fetch_sub(1, Ordering::Release) };
+        slot.target.store(null_mut(), Release);
+        // SAFETY: By the type invariant `owner` holds the slot; it is not
+        // freed before `in_use` dropped to zero (`WrSlots::wait_idle`), and
+        // this is the last access to either.
+        unsafe { (*owner).in_use.fetch_sub(1, Release) };
     }
 }
 
@@ -70,11 +68,13 @@ impl Slot {
 /// # Invariants
 ///
 /// `in_use` counts the slots whose `target` is not null; `slots` never
-/// grows after [`WrSlots::new`], so the slots never move.
+/// grows after [`WrSlots::new`], so the slots never move. The owner frees a
+/// `WrSlots` only after [`WrSlots::wait_idle`], and only ever uses it through
+/// `&self`: a poller may be in [`Slot::forward`] until then.
 pub(crate) struct WrSlots {
     slots: KVec<Slot>,
-    in_use: AtomicU32,
-    next: AtomicUsize,
+    in_use: Atomic<u32>,
+    next: Atomic<usize>,
 }
 
 // SAFETY: The slots are atomics and C entries that the provider reads; the
@@ -91,8 +91,8 @@ impl WrSlots {
         let mut this = KBox::new(
             WrSlots {
                 slots: KVec::with_capacity(n, GFP_KERNEL)?,
-                in_use: AtomicU32::new(0),
-                next: AtomicUsize::new(0),
+                in_use: Atomic::new(0),
+                next: Atomic::new(0),
             },
             GFP_KERNEL,
         )?;
@@ -105,7 +105,7 @@ impl WrSlots {
                     cqe: Opaque::new(bindings::ib_cqe {
                         done: Some(Slot::forward),
                     }),
-                    target: AtomicPtr::new(null_mut()),
+                    target: Atomic::new(null_mut()),
                     owner,
                 },
                 GFP_KERNEL,
@@ -118,18 +118,14 @@ impl WrSlots {
     /// `ib_cqe` to post instead, or `EBUSY` if the queue is full.
     pub(crate) fn take(&self, target: *mut bindings::ib_cqe) -> Result<*mut bindings::ib_cqe> {
         let n = self.slots.len();
-        let start = self.next.load(Ordering::Relaxed);
+        let start = self.next.load(Relaxed);
         for i in 0..n {
             let k = (start + i) % n;
             let slot = &self.slots[k];
-            if slot
-                .target
-                .compare_exchange(null_mut(), target, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-            {
+            if slot.target.cmpxchg(null_mut(), target, Acquire).is_ok() {
                 // INVARIANT: Counted as soon as taken.
-                self.in_use.fetch_add(1, Ordering::Relaxed);
-                self.next.store(k + 1, Ordering::Relaxed);
+                self.in_use.add(1, Relaxed);
+                self.next.store(k + 1, Relaxed);
                 return Ok(slot.cqe.get());
             }
         }
@@ -139,31 +135,30 @@ impl WrSlots {
     /// Returns `true` while a work request posted with a slot has not
     /// completed: its handler has not returned yet.
     pub(crate) fn in_use(&self) -> bool {
-        self.in_use.load(Ordering::Acquire) != 0
+        self.in_use.load(Acquire) != 0
     }
 
     /// Frees the slot of a work request that was not posted.
     pub(crate) fn put_unposted(&self, cqe: *mut bindings::ib_cqe) {
         if let Some(slot) = self.slots.iter().find(|s| s.cqe.get() == cqe) {
-            slot.target.store(null_mut(), Ordering::Release);
+            slot.target.store(null_mut(), Release);
             // INVARIANT: Uncounted as it is freed.
-            self.in_use.fetch_sub(1, Ordering::Release);
+            self.in_use.fetch_sub(1, Release);
         }
     }
-}
 
-impl Drop for WrSlots {
-    fn drop(&mut self) {
-        // The QP was drained and destroyed, so every completion was reaped;
-        // a poller on another CPU may still be inside `forward`.
+    /// Waits until no work request uses a slot, and no poller is inside one:
+    /// the owner calls this, after its QP is drained and destroyed, before
+    /// it frees the slots.
+    pub(crate) fn wait_idle(&self) {
         let mut waited_ms = 0u32;
-        while self.in_use.load(Ordering::Acquire) != 0 {
+        while self.in_use.load(Acquire) != 0 {
             fsleep(Delta::from_millis(1));
             waited_ms += 1;
             if waited_ms % 10_000 == 0 {
                 pr_warn!(
                     "RDMA work queue freed with {} work requests outstanding, waiting\n",
-                    self.in_use.load(Ordering::Relaxed)
+                    self.in_use.load(Relaxed)
                 );
             }
         }

@@ -9,66 +9,64 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
-use super::{CompletionHandler, Cqe, OwnedCq, Pd};
-use crate::{bindings, error::from_err_ptr, error::to_result, prelude::*};
-use core::{marker::PhantomData, mem::ManuallyDrop, ptr::NonNull};
+use super::{CompletionHandler, Cqe, OwnedCq, Pd, PollContext};
+use crate::{bindings, error::from_err_ptr, error::to_result, prelude::*, sync::Arc};
+use core::{mem::ManuallyDrop, ptr::NonNull};
 
-/// A basic SRQ that owns the CQ its receives complete on, destroyed when
-/// dropped.
+/// A basic SRQ with the CQ its receives complete on, destroyed when the last
+/// reference is dropped.
 ///
-/// Every receive posted on it runs the SRQ's one completion handler. The SRQ
-/// owns that CQ so that it can free it between destroying the SRQ and
-/// forgetting the receives the SRQ discarded: `ib_free_cq()` waits for a
-/// poller that may still be running a handler.
+/// Every receive posted on it runs the SRQ's one completion handler. The QPs
+/// on it hold references. The SRQ owns its CQ so that it can free it between
+/// destroying the SRQ and forgetting the receives the SRQ discarded:
+/// `ib_free_cq()` waits for a poller that may still be running a handler.
 ///
 /// # Invariants
 ///
 /// `ptr` is a valid SRQ owned by this object, with `depth` entries, created
-/// on a PD that outlives `'a`. QPs on it use `cq` as their receive CQ, in
-/// which `depth` entries are reserved for it. `cq` is dropped only by
-/// `PinnedDrop`.
-#[pin_data(PinnedDrop)]
-pub struct OwnedSrq<'a, H: CompletionHandler> {
+/// on `pd`. QPs on it use `cq` as their receive CQ, in which `depth` entries
+/// are reserved for it. Whatever the provider may touch (`cq`, `cqe`, `pd`)
+/// is dropped only by `Drop`, and only after the SRQ was destroyed.
+pub struct OwnedSrq<H: CompletionHandler> {
     ptr: NonNull<bindings::ib_srq>,
-    cq: ManuallyDrop<OwnedCq<'a>>,
+    cq: ManuallyDrop<OwnedCq>,
     depth: u32,
-    #[pin]
-    cqe: Cqe<H>,
-    _pd: PhantomData<&'a Pd<'a>>,
+    cqe: ManuallyDrop<Pin<KBox<Cqe<H>>>>,
+    pd: ManuallyDrop<Arc<Pd>>,
 }
 
 // SAFETY: An SRQ may be used and destroyed from any thread; `Cqe<H>` is
 // `Send` for `H: Send`.
-unsafe impl<H: CompletionHandler + Send> Send for OwnedSrq<'_, H> {}
+unsafe impl<H: CompletionHandler + Send> Send for OwnedSrq<H> {}
 
 // SAFETY: Posting on an SRQ is serialized by the provider; the rest is
 // read-only or `Sync`.
-unsafe impl<H: CompletionHandler> Sync for OwnedSrq<'_, H> {}
+unsafe impl<H: CompletionHandler> Sync for OwnedSrq<H> {}
 
-impl<'a, H: CompletionHandler> OwnedSrq<'a, H> {
-    /// Creates an SRQ of `depth` receives on `pd`, whose receives complete on
-    /// `cq` and run `handler`.
-    ///
-    /// Fails with `EBUSY` if `cq` has less than `depth` entries free.
-    pub fn new(
-        pd: &'a Pd<'a>,
-        cq: OwnedCq<'a>,
-        depth: u32,
-        handler: H,
-    ) -> impl PinInit<Self, Error> + 'a
-    where
-        H: 'a,
-    {
-        try_pin_init!(Self {
-            ptr: Self::create(pd, &cq, depth)?,
-            cq: ManuallyDrop::new(cq),
-            depth,
-            cqe <- Cqe::new(handler),
-            _pd: PhantomData,
-        }? Error)
+/// What a QP on an SRQ needs of it, whatever its handler.
+pub(crate) trait SrqOwner: Send + Sync {
+    /// The raw `struct ib_srq`.
+    fn as_raw(&self) -> *mut bindings::ib_srq;
+    /// The CQ its receives complete on.
+    fn cq(&self) -> &OwnedCq;
+}
+
+impl<H: CompletionHandler + Send> SrqOwner for OwnedSrq<H> {
+    fn as_raw(&self) -> *mut bindings::ib_srq {
+        self.ptr.as_ptr()
     }
 
-    fn create(pd: &Pd<'a>, cq: &OwnedCq<'a>, depth: u32) -> Result<NonNull<bindings::ib_srq>> {
+    fn cq(&self) -> &OwnedCq {
+        &self.cq
+    }
+}
+
+impl<H: CompletionHandler> OwnedSrq<H> {
+    /// Creates an SRQ of `depth` receives on `pd`, whose receives complete on
+    /// a CQ of its own, polled in `ctx`, and run `handler`.
+    pub fn new(pd: &Arc<Pd>, depth: u32, ctx: PollContext, handler: H) -> Result<Arc<Self>> {
+        let cqe = KBox::pin_init(Cqe::new(handler), GFP_KERNEL)?;
+        let cq = OwnedCq::alloc_unshared(pd.device(), depth, 0, ctx)?;
         cq.reserve(depth)?;
         let mut attr = bindings::ib_srq_init_attr {
             srq_type: bindings::ib_srq_type_IB_SRQT_BASIC,
@@ -84,12 +82,16 @@ impl<'a, H: CompletionHandler> OwnedSrq<'a, H> {
                 core::ptr::null_mut(),
                 core::ptr::null_mut(),
             )
-        })
-        .and_then(|p| NonNull::new(p).ok_or(ENOMEM));
-        if ptr.is_err() {
-            cq.unreserve(depth);
-        }
-        ptr
+        })?;
+        // INVARIANT: A new SRQ on `pd`, `depth` entries reserved in `cq`.
+        let srq = Self {
+            ptr: NonNull::new(ptr).ok_or(ENOMEM)?,
+            cq: ManuallyDrop::new(cq),
+            depth,
+            cqe: ManuallyDrop::new(cqe),
+            pd: ManuallyDrop::new(pd.clone()),
+        };
+        Ok(Arc::new(srq, GFP_KERNEL)?)
     }
 
     /// Returns the raw `struct ib_srq` pointer.
@@ -98,7 +100,7 @@ impl<'a, H: CompletionHandler> OwnedSrq<'a, H> {
     }
 
     /// Returns the CQ that the receives of the SRQ's QPs complete on.
-    pub fn cq(&self) -> &OwnedCq<'a> {
+    pub fn cq(&self) -> &OwnedCq {
         &self.cq
     }
 
@@ -120,12 +122,12 @@ impl<'a, H: CompletionHandler> OwnedSrq<'a, H> {
     /// Posts a receive work request without buffers; it matches a
     /// zero-length send on any QP of the SRQ. Fails with `EBUSY` while the
     /// SRQ holds `depth` receives, so the CQ never overflows.
-    pub fn post(self: Pin<&Self>) -> Result {
+    pub fn post(&self) -> Result {
         let mut wr = bindings::ib_recv_wr::default();
         let depth = usize::try_from(self.depth)?;
         wr.__bindgen_anon_1.wr_cqe = self.cqe.get_bounded(depth).ok_or(EBUSY)?;
-        // SAFETY: The SRQ and `wr` are valid. The `Cqe` is pinned with `self`,
-        // and outlives every completion of the SRQ (see `PinnedDrop`).
+        // SAFETY: The SRQ and `wr` are valid. The `Cqe` is pinned in its box,
+        // which outlives every completion of the SRQ (see `Drop`).
         let ret = to_result(unsafe {
             bindings::ib_post_srq_recv(self.as_raw(), &wr, core::ptr::null_mut())
         });
@@ -136,23 +138,26 @@ impl<'a, H: CompletionHandler> OwnedSrq<'a, H> {
     }
 }
 
-#[pinned_drop]
-impl<H: CompletionHandler> PinnedDrop for OwnedSrq<'_, H> {
-    fn drop(self: Pin<&mut Self>) {
-        // SAFETY: By the type invariant we own the SRQ; its QPs borrow `self`,
-        // so they are destroyed already.
+impl<H: CompletionHandler> Drop for OwnedSrq<H> {
+    fn drop(&mut self) {
+        // SAFETY: By the type invariant we own the SRQ; its QPs hold
+        // references to `self`, so they are destroyed already.
         let ret = unsafe { bindings::ib_destroy_srq_user(self.as_raw(), core::ptr::null_mut()) };
         if ret != 0 {
-            pr_warn!("ib_destroy_srq_user() failed: {ret}\n");
+            // The SRQ lives on, with receives that point at `cqe` and a CQ
+            // and PD under it: leak them all rather than free them.
+            pr_warn!("ib_destroy_srq_user() failed: {ret}; its memory is leaked\n");
+            return;
         }
-        // SAFETY: `cq` is not used again (`cqe` and `PhantomData` are all that
-        // is left), and it is not pinned.
-        let this = unsafe { self.get_unchecked_mut() };
-        this.cq.unreserve(this.depth);
+        self.cq.unreserve(self.depth);
         // SAFETY: By the type invariant only this drop drops `cq`, once.
-        unsafe { ManuallyDrop::drop(&mut this.cq) };
+        unsafe { ManuallyDrop::drop(&mut self.cq) };
         // The CQ is freed, so no handler runs any more: what is still counted
         // sat on the SRQ and was discarded with it.
-        this.cqe.forget_outstanding();
+        self.cqe.forget_outstanding();
+        // SAFETY: As for `cq`; nothing points at the entry any more.
+        unsafe { ManuallyDrop::drop(&mut self.cqe) };
+        // SAFETY: As for `cq`; the SRQ no longer uses the PD.
+        unsafe { ManuallyDrop::drop(&mut self.pd) };
     }
 }

@@ -1,0 +1,471 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Queue pairs created and owned by Rust code: [`OwnedQp`].
+//!
+//! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
+
+use super::{
+    slots::WrSlots, srq::SrqOwner, CompletionHandler, GidAttr, OwnedCq, OwnedSrq, Pd, Qp,
+    RecvQueue, SendQueue,
+};
+use crate::{
+    bindings,
+    error::{from_err_ptr, to_result},
+    prelude::*,
+    sync::atomic::{Atomic, Relaxed},
+    sync::Arc,
+};
+use core::{ffi::c_void, mem::ManuallyDrop, ops::Deref, ptr::NonNull};
+
+/// Sizes of a new QP's work queues, as the consumer will use them.
+#[derive(Clone, Copy, Debug)]
+pub struct QpConfig {
+    /// Send work requests the consumer may have outstanding.
+    pub send_depth: u32,
+    /// Receive work requests the consumer may have outstanding.
+    pub recv_depth: u32,
+}
+
+/// A path MTU (`enum ib_mtu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mtu {
+    /// 256 bytes.
+    Mtu256,
+    /// 512 bytes.
+    Mtu512,
+    /// 1024 bytes.
+    Mtu1024,
+    /// 2048 bytes.
+    Mtu2048,
+    /// 4096 bytes.
+    Mtu4096,
+}
+
+impl Mtu {
+    fn as_raw(self) -> bindings::ib_mtu {
+        match self {
+            Self::Mtu256 => bindings::ib_mtu_IB_MTU_256,
+            Self::Mtu512 => bindings::ib_mtu_IB_MTU_512,
+            Self::Mtu1024 => bindings::ib_mtu_IB_MTU_1024,
+            Self::Mtu2048 => bindings::ib_mtu_IB_MTU_2048,
+            Self::Mtu4096 => bindings::ib_mtu_IB_MTU_4096,
+        }
+    }
+}
+
+/// The path and retry attributes of a reliable connection, for
+/// [`OwnedQp::connect`]: the `struct ib_qp_attr` fields of the INIT -> RTR
+/// and RTR -> RTS transitions, with the meaning the IB spec gives them.
+#[derive(Clone, Copy, Debug)]
+pub struct RcParams {
+    /// The path MTU.
+    pub mtu: Mtu,
+    /// Local ACK timeout, 4.096 us * 2^`timeout` (0: wait forever).
+    pub timeout: u8,
+    /// Retries after an ACK timeout, 0 to 7.
+    pub retry_cnt: u8,
+    /// Retries after a receiver-not-ready NAK, 0 to 6, or 7 for forever.
+    pub rnr_retry: u8,
+    /// The RNR NAK timer code (0 to 31) the peer is asked to wait.
+    pub min_rnr_timer: u8,
+    /// RDMA reads and atomics outstanding as the initiator.
+    pub max_rd_atomic: u8,
+    /// RDMA reads and atomics outstanding as the responder.
+    pub max_dest_rd_atomic: u8,
+    /// The GRH hop limit.
+    pub hop_limit: u8,
+    /// The first packet sequence number sent.
+    pub sq_psn: u32,
+    /// The first packet sequence number expected.
+    pub rq_psn: u32,
+}
+
+/// A reliable-connected QP, destroyed when dropped.
+///
+/// Both work queues and their CQs have one entry more than asked for, for
+/// the drain marker, so "room for the drain" holds by construction.
+/// Posting and draining need the queue's token by `&mut`, so nothing posts
+/// during a drain:
+///
+/// ```ignore,compile_fail
+/// # use kernel::infiniband::{CompletionHandler, Cqe, OwnedQp};
+/// fn post_during_drain<H: CompletionHandler>(qp: &mut OwnedQp, cqe: Pin<&Cqe<H>>) {
+///     let mut rq = qp.rq();
+///     qp.drain_rq(); // error[E0499]: cannot borrow `*qp` as mutable more than once
+///     rq.post(cqe);
+/// }
+/// ```
+///
+/// (`ignore`: the kernel's doctests run as KUnit and cannot check that
+/// something fails to build.)
+///
+/// # Invariants
+///
+/// `ptr` is a valid QP owned by this object, created on `held`'s PD, CQs and
+/// SRQ, in whose CQs it reserved `send_depth + 1` and `recv_reserved` entries
+/// (`recv_depth + 1`, or none on an SRQ, whose own reservation covers its
+/// receives). `held` is dropped only by `Drop`, after the QP was destroyed.
+pub struct OwnedQp {
+    ptr: NonNull<bindings::ib_qp>,
+    config: QpConfig,
+    recv_reserved: u32,
+    in_reset: bool,
+    held: ManuallyDrop<Held>,
+}
+
+/// What a QP's provider may touch until the QP is destroyed: its parents
+/// (counted references, so that they outlive it even if it is leaked) and
+/// the memory its work requests and events point to.
+struct Held {
+    send_cq: Arc<OwnedCq>,
+    recv: RecvCq,
+    _pd: Arc<Pd>,
+    /// One slot per work request each queue may hold (none for an SRQ's).
+    sq_slots: KBox<WrSlots>,
+    rq_slots: KBox<WrSlots>,
+    /// The QP's asynchronous events seen so far (its `qp_context`).
+    events: KBox<QpEvents>,
+}
+
+/// Where a QP's receives complete.
+enum RecvCq {
+    /// On a CQ of its own.
+    Cq(Arc<OwnedCq>),
+    /// On the CQ of the SRQ it takes its receives from.
+    Srq(Arc<dyn SrqOwner>),
+}
+
+impl RecvCq {
+    fn cq(&self) -> &OwnedCq {
+        match self {
+            Self::Cq(cq) => cq,
+            Self::Srq(srq) => srq.cq(),
+        }
+    }
+}
+
+// SAFETY: A QP may be used and destroyed from any thread.
+unsafe impl Send for OwnedQp {}
+
+// SAFETY: Through `&self` only the thread-safe `Qp` methods are reachable.
+unsafe impl Sync for OwnedQp {}
+
+impl OwnedQp {
+    /// Creates an RC QP on `pd` with the given CQs and queue depths.
+    ///
+    /// Fails with `EBUSY` if a CQ has no room for the new queues.
+    #[inline]
+    pub fn create_rc(
+        pd: &Arc<Pd>,
+        send_cq: &Arc<OwnedCq>,
+        recv_cq: &Arc<OwnedCq>,
+        config: QpConfig,
+    ) -> Result<Self> {
+        let recv = config.recv_depth.checked_add(1).ok_or(EINVAL)?;
+        Self::create(pd, send_cq, RecvCq::Cq(recv_cq.clone()), config, recv)
+    }
+
+    /// Creates an RC QP on `pd` that receives through `srq`, on the SRQ's CQ.
+    /// `config.recv_depth` must be 0.
+    pub fn create_rc_on_srq<H: CompletionHandler + Send + 'static>(
+        pd: &Arc<Pd>,
+        send_cq: &Arc<OwnedCq>,
+        srq: &Arc<OwnedSrq<H>>,
+        config: QpConfig,
+    ) -> Result<Self> {
+        if config.recv_depth != 0 {
+            return Err(EINVAL);
+        }
+        Self::create(pd, send_cq, RecvCq::Srq(srq.clone()), config, 0)
+    }
+
+    #[inline]
+    fn create(
+        pd: &Arc<Pd>,
+        send_cq: &Arc<OwnedCq>,
+        recv: RecvCq,
+        config: QpConfig,
+        recv_n: u32,
+    ) -> Result<Self> {
+        let send = config.send_depth.checked_add(1).ok_or(EINVAL)?;
+        let held = Held {
+            send_cq: send_cq.clone(),
+            recv,
+            _pd: pd.clone(),
+            sq_slots: WrSlots::new(config.send_depth)?,
+            rq_slots: WrSlots::new(recv_n.saturating_sub(1))?,
+            events: KBox::new(
+                QpEvents {
+                    last_wqe: Atomic::new(0),
+                },
+                GFP_KERNEL,
+            )?,
+        };
+        let (send_cq, recv_cq) = (&*held.send_cq, held.recv.cq());
+        if core::ptr::eq(send_cq, recv_cq) {
+            send_cq.reserve(send.checked_add(recv_n).ok_or(EINVAL)?)?;
+        } else {
+            send_cq.reserve(send)?;
+            if let Err(e) = recv_cq.reserve(recv_n) {
+                send_cq.unreserve(send);
+                return Err(e);
+            }
+        }
+        let srq = match &held.recv {
+            RecvCq::Srq(srq) => srq.as_raw(),
+            RecvCq::Cq(_) => core::ptr::null_mut(),
+        };
+        let mut attr = bindings::ib_qp_init_attr {
+            send_cq: send_cq.as_raw(),
+            recv_cq: recv_cq.as_raw(),
+            srq,
+            event_handler: Some(QpEvents::handle),
+            qp_context: (&raw const *held.events).cast_mut().cast(),
+            qp_type: bindings::ib_qp_type_IB_QPT_RC,
+            sq_sig_type: bindings::ib_sig_type_IB_SIGNAL_REQ_WR,
+            ..Default::default()
+        };
+        attr.cap.max_send_wr = send;
+        attr.cap.max_recv_wr = recv_n;
+        attr.cap.max_send_sge = 1;
+        attr.cap.max_recv_sge = if srq.is_null() { 1 } else { 0 };
+        // SAFETY: `pd`, the CQs, the SRQ if any and `attr` are valid.
+        let ptr = from_err_ptr(unsafe {
+            bindings::ib_create_qp_kernel(
+                pd.as_raw(),
+                &mut attr,
+                c"kernel::infiniband".as_char_ptr(),
+            )
+        });
+        let ptr = match ptr.map(NonNull::new) {
+            Ok(Some(ptr)) => ptr,
+            Ok(None) | Err(_) => {
+                send_cq.unreserve(send);
+                recv_cq.unreserve(recv_n);
+                return Err(ptr.err().unwrap_or(ENOMEM));
+            }
+        };
+        // INVARIANT: The QP is new and owned; the reservations were made.
+        Ok(Self {
+            ptr,
+            config,
+            recv_reserved: recv_n,
+            in_reset: true,
+            held: ManuallyDrop::new(held),
+        })
+    }
+
+    /// Returns how many Last WQE Reached events the QP has had: a QP on an
+    /// SRQ has one when it enters the error state.
+    #[inline]
+    pub fn last_wqe_events(&self) -> u32 {
+        self.held.events.last_wqe.load(Relaxed)
+    }
+
+    /// Returns the queue depths the QP was created with.
+    #[inline]
+    pub fn config(&self) -> QpConfig {
+        self.config
+    }
+
+    /// Moves the new QP to the INIT state on `port`, so that receives can be
+    /// posted; local writes only.
+    #[inline]
+    pub fn init(&mut self, port: u32) -> Result {
+        let mut attr = bindings::ib_qp_attr {
+            qp_state: bindings::ib_qp_state_IB_QPS_INIT,
+            port_num: port,
+            pkey_index: 0,
+            qp_access_flags: bindings::ib_access_flags_IB_ACCESS_LOCAL_WRITE as i32,
+            ..Default::default()
+        };
+        let mask = bindings::ib_qp_attr_mask_IB_QP_STATE
+            | bindings::ib_qp_attr_mask_IB_QP_PKEY_INDEX
+            | bindings::ib_qp_attr_mask_IB_QP_PORT
+            | bindings::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS;
+        // SAFETY: The QP and `attr` are valid, `&mut self` excludes concurrent
+        // state changes through this handle.
+        to_result(unsafe { bindings::ib_modify_qp(self.as_raw(), &mut attr, mask as i32) })?;
+        self.in_reset = false;
+        Ok(())
+    }
+
+    /// Connects the QP, in INIT, to the QP numbered `remote_qpn` that is
+    /// reachable through `gid` (RoCE), with the path and retry attributes
+    /// `params`: INIT -> RTR -> RTS.
+    #[inline]
+    pub fn connect(&mut self, gid: &GidAttr, remote_qpn: u32, params: &RcParams) -> Result {
+        let mut attr = bindings::ib_qp_attr {
+            qp_state: bindings::ib_qp_state_IB_QPS_RTR,
+            path_mtu: params.mtu.as_raw(),
+            dest_qp_num: remote_qpn,
+            rq_psn: params.rq_psn,
+            max_dest_rd_atomic: params.max_dest_rd_atomic,
+            min_rnr_timer: params.min_rnr_timer,
+            ..Default::default()
+        };
+        let ah = &mut attr.ah_attr;
+        ah.type_ = bindings::rdma_ah_attr_type_RDMA_AH_ATTR_TYPE_ROCE;
+        // SAFETY: A valid QP.
+        ah.port_num = unsafe { (*self.as_raw()).port };
+        ah.ah_flags = bindings::ib_ah_flags_IB_AH_GRH as u8;
+        ah.grh.dgid.raw = gid.gid();
+        ah.grh.sgid_index = u8::try_from(gid.index()).map_err(|_| EINVAL)?;
+        ah.grh.hop_limit = params.hop_limit;
+        ah.__bindgen_anon_1.roce.dmac = gid.mac()?;
+        let mask = bindings::ib_qp_attr_mask_IB_QP_STATE
+            | bindings::ib_qp_attr_mask_IB_QP_AV
+            | bindings::ib_qp_attr_mask_IB_QP_PATH_MTU
+            | bindings::ib_qp_attr_mask_IB_QP_DEST_QPN
+            | bindings::ib_qp_attr_mask_IB_QP_RQ_PSN
+            | bindings::ib_qp_attr_mask_IB_QP_MAX_DEST_RD_ATOMIC
+            | bindings::ib_qp_attr_mask_IB_QP_MIN_RNR_TIMER;
+        // SAFETY: The QP and `attr` are valid; `&mut self` excludes
+        // concurrent state changes through this handle.
+        to_result(unsafe { bindings::ib_modify_qp(self.as_raw(), &mut attr, mask as i32) })?;
+
+        let mut attr = bindings::ib_qp_attr {
+            qp_state: bindings::ib_qp_state_IB_QPS_RTS,
+            timeout: params.timeout,
+            retry_cnt: params.retry_cnt,
+            rnr_retry: params.rnr_retry,
+            sq_psn: params.sq_psn,
+            max_rd_atomic: params.max_rd_atomic,
+            ..Default::default()
+        };
+        let mask = bindings::ib_qp_attr_mask_IB_QP_STATE
+            | bindings::ib_qp_attr_mask_IB_QP_TIMEOUT
+            | bindings::ib_qp_attr_mask_IB_QP_RETRY_CNT
+            | bindings::ib_qp_attr_mask_IB_QP_RNR_RETRY
+            | bindings::ib_qp_attr_mask_IB_QP_SQ_PSN
+            | bindings::ib_qp_attr_mask_IB_QP_MAX_QP_RD_ATOMIC;
+        // SAFETY: As above.
+        to_result(unsafe { bindings::ib_modify_qp(self.as_raw(), &mut attr, mask as i32) })
+    }
+
+    /// Returns the QP to RESET, for reuse with [`OwnedQp::init`]. A queue
+    /// with work requests not completed yet (its slots tell) is drained
+    /// first: RESET discards work requests without completing them, and
+    /// their `Cqe` would wait forever.
+    #[inline]
+    pub fn reset(&mut self) -> Result {
+        if self.in_reset {
+            return Ok(());
+        }
+        match (self.held.sq_slots.in_use(), self.held.rq_slots.in_use()) {
+            (true, true) => self.drain(),
+            (true, false) => self.drain_sq(),
+            (false, true) => self.drain_rq(),
+            (false, false) => {}
+        }
+        self.set_state(bindings::ib_qp_state_IB_QPS_RESET)?;
+        self.in_reset = true;
+        Ok(())
+    }
+
+    /// Returns the receive queue's posting token.
+    #[inline]
+    pub fn rq(&mut self) -> RecvQueue<'_> {
+        // INVARIANT: `&mut self` excludes every other poster on this QP; the
+        // slots are the receive queue's.
+        RecvQueue {
+            qp: self,
+            slots: Some(&self.held.rq_slots),
+        }
+    }
+
+    /// Returns the send queue's posting token.
+    #[inline]
+    pub fn sq(&mut self) -> SendQueue<'_> {
+        // INVARIANT: As for `rq`, for the send queue.
+        SendQueue {
+            qp: self,
+            slots: Some(&self.held.sq_slots),
+        }
+    }
+
+    /// Blocks until every receive completion has been consumed
+    /// (`ib_drain_rq()`). The QP is in the error state afterwards.
+    #[inline]
+    pub fn drain_rq(&mut self) {
+        // SAFETY: The QP is valid, and `&mut self` excludes other posters.
+        unsafe { bindings::ib_drain_rq(self.as_raw()) }
+    }
+
+    /// Blocks until every send completion has been consumed (`ib_drain_sq()`).
+    #[inline]
+    pub fn drain_sq(&mut self) {
+        // SAFETY: As for `drain_rq`.
+        unsafe { bindings::ib_drain_sq(self.as_raw()) }
+    }
+
+    /// Blocks until every completion has been consumed (`ib_drain_qp()`).
+    #[inline]
+    pub fn drain(&mut self) {
+        // SAFETY: As for `drain_rq`.
+        unsafe { bindings::ib_drain_qp(self.as_raw()) }
+    }
+}
+
+impl Deref for OwnedQp {
+    type Target = Qp;
+
+    #[inline]
+    fn deref(&self) -> &Qp {
+        // SAFETY: By the type invariant the QP is valid while `self` lives.
+        unsafe { Qp::from_raw(self.ptr.as_ptr()) }
+    }
+}
+
+impl Drop for OwnedQp {
+    #[inline]
+    fn drop(&mut self) {
+        // Drain first, so that every posted work request has completed and no
+        // `Cqe` it points to waits forever. A QP still in RESET has nothing
+        // posted, and providers may refuse RESET -> ERR.
+        if !self.in_reset {
+            self.drain();
+        }
+        // SAFETY: By the type invariant we own the QP.
+        let ret = unsafe { bindings::ib_destroy_qp_user(self.ptr.as_ptr(), core::ptr::null_mut()) };
+        if ret != 0 {
+            // The QP lives on: what it points to, and its parents, must too.
+            pr_warn!(
+                "{}: QP {:#x}: ib_destroy_qp_user() failed: {ret}; its memory is leaked\n",
+                self.device().name(),
+                self.qp_num()
+            );
+            return;
+        }
+        let held = &*self.held;
+        // A poller on another CPU may still be in a slot's completion.
+        held.sq_slots.wait_idle();
+        held.rq_slots.wait_idle();
+        held.send_cq.unreserve(self.config.send_depth + 1);
+        held.recv.cq().unreserve(self.recv_reserved);
+        // SAFETY: By the type invariant only this drop drops `held`, once,
+        // and the QP that used it is destroyed.
+        unsafe { ManuallyDrop::drop(&mut self.held) };
+    }
+}
+
+/// Counts a QP's asynchronous events; the QP's `qp_context` points to it.
+struct QpEvents {
+    last_wqe: Atomic<u32>,
+}
+
+impl QpEvents {
+    /// The QP's event handler, called by the core after its own.
+    ///
+    /// # Safety
+    ///
+    /// `event` must be valid and `context` must point to a live `QpEvents`.
+    unsafe extern "C" fn handle(event: *mut bindings::ib_event, context: *mut c_void) {
+        // SAFETY: The caller guarantees both; an `OwnedQp` frees its
+        // `QpEvents` only after destroying the QP.
+        let (event, this) = unsafe { ((*event).event, &*context.cast::<QpEvents>()) };
+        if event == bindings::ib_event_type_IB_EVENT_QP_LAST_WQE_REACHED {
+            this.last_wqe.add(1, Relaxed);
+        }
+    }
+}
