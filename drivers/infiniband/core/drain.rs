@@ -19,9 +19,7 @@
 //! reserves CQ room for its queues and their markers, and refuses posts beyond
 //! a queue's depth.
 
-use kernel::infiniband::{
-    DrainMarker, PollContext, Qp, RecvQueue, WorkQueue, STUCK_REPORT_SECS,
-};
+use kernel::infiniband::{DrainMarker, PollContext, Qp, RecvQueue, WorkQueue, STUCK_REPORT_SECS};
 use kernel::prelude::*;
 use kernel::sync::{
     atomic::{Atomic, Relaxed},
@@ -178,7 +176,9 @@ fn refuse(qp: &Qp, queue: &str, why: Refusal) {
             Refusal::OnSrq => pr_warn!(
                 "{name}: QP {qpn:#x}: cannot drain the {queue} queue: it is an SRQ, drain the QP with ib_drain_qp()\n"
             ),
-            Refusal::NoCq => pr_warn!("{name}: QP {qpn:#x}: cannot drain the {queue} queue: no CQ\n"),
+            Refusal::NoCq => {
+                pr_warn!("{name}: QP {qpn:#x}: cannot drain the {queue} queue: no CQ\n")
+            }
             Refusal::CqNotAllocated(id) => pr_warn!(
                 "{name}: QP {qpn:#x}: cannot drain the {queue} queue: CQ {id} is not from ib_alloc_cq()\n"
             ),

@@ -223,8 +223,7 @@ fn srq_case(ctx: PollContext, k: u32, r: u32) -> Result<SrqDrain> {
     wait_for_successes(&sent, k)?;
     b.drain();
     Ok(SrqDrain {
-        refused_warned_at_most_once: matches!(refused_warnings, Some(0 | 1))
-            && again == Some(0),
+        refused_warned_at_most_once: matches!(refused_warnings, Some(0 | 1)) && again == Some(0),
         counts: srq.handler().counts(),
         last_wqe_reached: b.last_wqe_events() > 0,
         left_on_srq: srq.outstanding(),

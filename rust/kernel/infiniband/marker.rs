@@ -307,7 +307,11 @@ impl WorkItem for Watchdog {
             // SAFETY: Every entry but the head is the `link` of a live marker
             // (type invariant); `Opaque<T>` is a transparent wrapper of `T`.
             let marker = unsafe {
-                &*container_of!(link.cast::<Opaque<bindings::list_head>>(), DrainMarker, link)
+                &*container_of!(
+                    link.cast::<Opaque<bindings::list_head>>(),
+                    DrainMarker,
+                    link
+                )
             };
             let ticks = marker.ticks.get() + 1;
             marker.ticks.set(ticks);

@@ -29,12 +29,12 @@ mod qp;
 mod slots;
 mod srq;
 
+pub use concurrent::drain_rq_concurrently;
 pub use cq::{Cq, OwnedCq, PollContext};
 pub use cqe::{CompletionHandler, Cqe, WcStatus, WorkCompletion};
 pub use device::{Device, DeviceName, DeviceRef, GidAttr};
 pub use marker::{DrainMarker, STUCK_REPORT_SECS};
-pub use pd::Pd;
-pub use concurrent::drain_rq_concurrently;
 pub use owned_qp::{Mtu, OwnedQp, QpConfig, RcParams};
+pub use pd::Pd;
 pub use qp::{Qp, RecvQueue, SendQueue, WorkQueue};
 pub use srq::OwnedSrq;

@@ -376,8 +376,7 @@ impl RecvQueue<'_> {
     pub fn poll_cq_direct(&mut self) -> i32 {
         match self.cq() {
             Some(cq)
-                if cq.calls_cqe_done()
-                    && cq.poll_context() == Some(super::PollContext::Direct) =>
+                if cq.calls_cqe_done() && cq.poll_context() == Some(super::PollContext::Direct) =>
             {
                 // SAFETY: Just checked: from ib_alloc_cq(), and nobody else
                 // runs its handlers.
@@ -459,4 +458,3 @@ impl SendQueue<'_> {
         ret
     }
 }
-
