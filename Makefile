@@ -8,6 +8,7 @@
 #   make kunit   the unit suites through the tree's own kunit.py
 #   make lint    rustfmt, clippy (CLIPPY=1) and checkpatch.pl on the change
 #   make patches the whole change as a git format-patch series (out/patches/)
+#   make patches-check  the kernel builds after each patch of the series
 #   make clean   remove the build cache (it is rebuilt from nothing next time)
 #
 # V=1 shows the build's output live. RDMA_RUST_CACHE moves the cache.
@@ -16,7 +17,7 @@ SHELL := /bin/bash
 CACHE ?= $(or $(RDMA_RUST_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/rdma-rust-drain)
 export RDMA_RUST_CACHE := $(CACHE)
 
-.PHONY: all demo test test-debug build bench kunit patches lint clean
+.PHONY: all demo test test-debug build bench kunit patches patches-check lint clean
 
 all: demo
 
@@ -53,6 +54,9 @@ lint: build
 
 patches:
 	@scripts/patches.sh
+
+patches-check:
+	@scripts/patches-check.sh
 
 clean:
 	rm -rf "$(CACHE)"

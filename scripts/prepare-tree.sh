@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Usage: scripts/prepare-tree.sh
-# Make the working tree $CACHE/src = pristine + the project's overlay:
+# Make the working tree $CACHE/src = pristine + the project's overlay
+# (OVERLAY=DIR and SRC_TREE=DIR take another overlay and tree; make
+# patches-check uses them for each prefix of the series):
 # new files from rust/ and drivers/ at their kernel paths, and patches/*.patch
 # for existing files. Updates are exact and incremental: only files whose
 # content changes are rewritten, so Kbuild rebuilds only what changed.
 . "$(dirname "$0")/lib.sh"
 
-pristine=$CACHE/pristine src=$CACHE/src
+pristine=$CACHE/pristine src=${SRC_TREE:-$CACHE/src}
+OVERLAY=${OVERLAY:-$TOP}
 log=$CACHE/logs/prepare-tree.log
 [ -f "$pristine/.complete" ] || die prepare-tree "" "no pristine tree (run scripts/fetch-kernel.sh)"
 
 state=$src/.overlay-state
-want=$(overlay_hash)
+want=$(overlay_hash "$OVERLAY")
 [ -f "$state" ] && [ "$(cat "$state")" = "$want" ] && exit 0
 
 step "prepare-tree: overlay $want"
@@ -29,7 +32,7 @@ rm -f "$state"
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 shopt -s nullglob
-patches=("$TOP"/patches/*.patch)
+patches=("$OVERLAY"/patches/*.patch)
 : >"$scratch/files"
 for p in "${patches[@]}"; do
 	sed -n 's|^--- a/||p; s|^+++ b/||p' "$p" >>"$scratch/files"
@@ -62,7 +65,7 @@ done <"$scratch/files"
 cp "$scratch/files" "$prev"
 
 # 2. New files at their kernel paths (checksums, so mtimes move only on change).
-(cd "$TOP" && find rust drivers -type f 2>/dev/null | LC_ALL=C sort) >"$scratch/new"
+(cd "$OVERLAY" && find rust drivers -type f 2>/dev/null | LC_ALL=C sort) >"$scratch/new"
 prevnew=$src/.overlay-files
 if [ -f "$prevnew" ]; then
 	comm -23 "$prevnew" "$scratch/new" | while IFS= read -r f; do
@@ -70,7 +73,7 @@ if [ -f "$prevnew" ]; then
 	done
 fi
 if [ -s "$scratch/new" ]; then
-	(cd "$TOP" && rsync -c --files-from="$scratch/new" . "$src/") >>"$log" 2>&1 ||
+	(cd "$OVERLAY" && rsync -c --files-from="$scratch/new" . "$src/") >>"$log" 2>&1 ||
 		die prepare-tree "$log" "copying the overlay failed"
 fi
 cp "$scratch/new" "$prevnew"

@@ -101,6 +101,13 @@ impl crate::fmt::Display for DeviceName {
 /// A reference to a registered RDMA device that keeps it from being
 /// unregistered until dropped.
 ///
+/// It is a registration reference, as `ib_device_try_get()` takes:
+/// `ib_unregister_device()` (`rdma link delete`, a driver unbinding) waits
+/// until every one is dropped. So hold it, and the objects created on the
+/// device, which hold clones, only for the work they are for; a ULP that
+/// must follow devices coming and going needs an `ib_client`, which this
+/// crate does not wrap yet.
+///
 /// # Invariants
 ///
 /// `ptr` is a valid `struct ib_device` on which this object holds one
@@ -117,8 +124,10 @@ unsafe impl Send for DeviceRef {}
 unsafe impl Sync for DeviceRef {}
 
 impl DeviceRef {
-    /// Finds the RDMA device bound to the network device `netdev` (in the
-    /// initial network namespace), such as the `dummy0` of an rxe device.
+    /// Finds the RDMA device bound to the network device named `netdev` in
+    /// the initial network namespace (where RDMA devices are in the default,
+    /// shared, namespace mode), such as the `dummy0` of an rxe device, of
+    /// any driver. `ENODEV` if there is none.
     #[inline]
     pub fn get_by_netdev(netdev: &CStr) -> Result<Self> {
         let net = &raw mut bindings::init_net;

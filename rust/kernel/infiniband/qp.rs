@@ -161,8 +161,23 @@ mod private {
 ///
 /// The drain's own steps are `unsafe`: they are safe under the C drain's
 /// contract (`ib_drain_rq()`'s kernel-doc), which only the drain can promise.
-/// An [`OwnedQp`](super::OwnedQp) keeps that contract by construction and drains through the
-/// exported C functions.
+/// An [`OwnedQp`](super::OwnedQp) keeps that contract by construction and
+/// drains through the exported C functions. Safe code cannot post a marker
+/// past the queue's slots and the CQ's reservation, or reap a CQ whose
+/// handlers run elsewhere:
+///
+/// ```ignore,compile_fail
+/// # use kernel::infiniband::{DrainMarker, OwnedQp, WorkQueue};
+/// fn post_marker(qp: &mut OwnedQp, marker: Pin<&DrainMarker>) -> Result {
+///     qp.rq().post_marker(marker) // error[E0133]: call to unsafe function
+/// }
+/// fn reap(qp: &mut OwnedQp) -> i32 {
+///     qp.rq().poll_cq() // error[E0133]: call to unsafe function
+/// }
+/// ```
+///
+/// (`ignore`: the kernel's doctests run as KUnit and cannot check that
+/// something fails to build.)
 pub trait WorkQueue<'a>: private::Sealed {
     /// `"recv"` or `"send"`, for messages.
     const NAME: &'static str;
