@@ -36,7 +36,8 @@ CATEGORIES = [
     ("rxe", ["rdma_rxe_setup", "rdma_drain_rxe", "rdma_drain_teardown"]),
     ("soundness", ["rdma_drain_rxe_soundness"]),
     ("stress", ["rdma_drain_stress"]),
-    ("churn", ["nvme_rdma_rxe", "rxe_removal_race", "rdma_ib_core_reload"]),
+    ("churn", ["nvme_rdma_rxe", "rxe_removal_race", "rdma_ib_core_reload",
+               "rdma_device_hold"]),
     ("benchmark smoke", ["rdma_drain_bench_smoke"]),
     ("host checks", ["host_checks"]),
 ]

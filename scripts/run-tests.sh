@@ -44,7 +44,7 @@ fi
 # Suites that must have run in every flavour. A kernel with ib_core as a
 # module must have unloaded and reloaded it, and run ib_core's KUnit suites
 # and the rxe suite again after the reload.
-require=(require=rdma_drain_unit_faults require=rdma_drain_rxe_soundness)
+require=(require=rdma_drain_unit_faults require=rdma_drain_rxe_soundness require=rdma_device_hold)
 if grep -qx 'CONFIG_INFINIBAND=m' "$CACHE/build-$flavour/.config"; then
 	require+=(require=rdma_ib_core_reload require=rdma_drain_abi:2 require=rdma_drain_unit:2
 		require=rdma_drain_rxe:2)

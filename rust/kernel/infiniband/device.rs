@@ -106,7 +106,8 @@ impl crate::fmt::Display for DeviceName {
 /// until every one is dropped. So hold it, and the objects created on the
 /// device, which hold clones, only for the work they are for; a ULP that
 /// must follow devices coming and going needs an `ib_client`, which this
-/// crate does not wrap yet.
+/// crate does not wrap yet. (The `rdma_device_hold` suite checks both: the
+/// delete waits while a holder holds, and ends once it lets go.)
 ///
 /// # Invariants
 ///
