@@ -17,9 +17,6 @@ module! {
     license: "GPL",
 }
 
-mod common;
-use common::rxe;
-
 struct DeviceHold {
     // Dropped in this order: the QP before what it holds.
     _qp: OwnedQp,
@@ -28,7 +25,7 @@ struct DeviceHold {
 
 impl kernel::Module for DeviceHold {
     fn init(_module: &'static ThisModule) -> Result<Self> {
-        let dev = rxe()?;
+        let dev = DeviceRef::get_by_netdev(c"dummy0")?;
         let pd = Pd::alloc(&dev)?;
         let cq = OwnedCq::alloc(&dev, 4, 0, PollContext::Softirq)?;
         let cfg = QpConfig {
