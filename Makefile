@@ -9,6 +9,7 @@
 #   make lint    rustfmt, clippy (CLIPPY=1) and checkpatch.pl on the change
 #   make patches the whole change as a git format-patch series (out/patches/)
 #   make patches-check  the kernel builds after each patch of the series
+#   make mutants deliberate breakages of the drain, each must fail a suite
 #   make clean   remove the build cache (it is rebuilt from nothing next time)
 #
 # V=1 shows the build's output live. RDMA_RUST_CACHE moves the cache.
@@ -17,7 +18,7 @@ SHELL := /bin/bash
 CACHE ?= $(or $(RDMA_RUST_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/rdma-rust-drain)
 export RDMA_RUST_CACHE := $(CACHE)
 
-.PHONY: all demo test test-debug build bench kunit patches patches-check lint clean
+.PHONY: all demo test test-debug build bench kunit patches patches-check mutants lint clean
 
 all: demo
 
@@ -57,6 +58,9 @@ patches:
 
 patches-check:
 	@scripts/patches-check.sh
+
+mutants:
+	@scripts/mutants.sh $(MUTANTS)
 
 clean:
 	rm -rf "$(CACHE)"

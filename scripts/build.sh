@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Usage: scripts/build.sh FLAVOUR
+# (OVERLAY=DIR SRC_TREE=DIR: build another overlay in another tree, as make
+# mutants does with its flavour "mutant", the test kernel's config.)
 # Build the test kernel of FLAVOUR (its Kconfig fragments are listed below)
 # out of tree in $CACHE/build-FLAVOUR, then the project's modules (Kbuild),
 # and install all modules into $CACHE/build-FLAVOUR/mods.
@@ -7,7 +9,7 @@
 
 flavour=${1:-test}
 case "$flavour" in
-test) frags=("$TOP/scripts/config/base.config") ;;
+test | mutant) frags=("$TOP/scripts/config/base.config") ;;
 debug) frags=("$TOP/scripts/config/base.config" "$TOP/scripts/config/debug.config") ;;
 bench) frags=("$TOP/scripts/config/base.config" "$TOP/scripts/config/bench.config") ;;
 *) die build "" "unknown flavour '$flavour'" ;;
@@ -17,7 +19,8 @@ esac
 "$TOP/scripts/fetch-kernel.sh"
 "$TOP/scripts/prepare-tree.sh"
 
-src=$CACHE/src build=$CACHE/build-$flavour
+src=${SRC_TREE:-$CACHE/src} build=$CACHE/build-$flavour
+overlay=${OVERLAY:-$TOP}
 log=$CACHE/logs/build-$flavour.log
 "$TOP/scripts/config.sh" "$src" "$build" "${frags[@]}"
 
@@ -37,7 +40,7 @@ if [ "$(cat "$ext/.kernel-config-sum" 2>/dev/null)" != "$sum" ]; then
 	mkdir -p "$ext"
 	echo "$sum" >"$ext/.kernel-config-sum"
 fi
-run_logged "$log.ext" make -C "$build" LLVM=1 -j"$(nproc)" M="$TOP" MO="$ext" modules ||
+run_logged "$log.ext" make -C "$build" LLVM=1 -j"$(nproc)" M="$overlay" MO="$ext" modules ||
 	die build "$log.ext" "project module build failed"
 done_step
 
@@ -45,7 +48,7 @@ step "build: modules_install"
 rm -rf "$build/mods.tmp"
 {
 	"${K[@]}" INSTALL_MOD_PATH="$build/mods.tmp" INSTALL_MOD_STRIP=1 modules_install &&
-		make -C "$build" LLVM=1 M="$TOP" MO="$ext" \
+		make -C "$build" LLVM=1 M="$overlay" MO="$ext" \
 			INSTALL_MOD_PATH="$build/mods.tmp" INSTALL_MOD_STRIP=1 modules_install
 } >"$log.install" 2>&1 || die build "$log.install" "modules_install failed"
 rm -rf "$build/mods"

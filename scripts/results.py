@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Usage: scripts/results.py KERNEL-SRC CONSOLE-LOG [CHECK=RC...] [require=SUITE[:N]...]
+"""Usage: scripts/results.py KERNEL-SRC CONSOLE-LOG [CHECK=RC...] [expect=FILE] [noend]
 
 Turn a test VM's console log into results: every KTAP stream in it (built-in
 KUnit at boot, each module's suites when it loads, the guest's shell checks)
@@ -8,6 +8,11 @@ is parsed by the tree's own tools/testing/kunit/kunit.py; kernel reports
 run count as failures of their own. Prints per-suite counts, then per
 category the cases tried and the kernel reports seen while its suites ran,
 then the line 'N passed, N failed'. Exit status 1 on any failure.
+
+expect=FILE: the suites that must report (scripts/expected/*.suites): each
+with at least its number of cases and of runs, or the run fails, naming
+it. A module the guest could not insmod fails it too. noend: the log has
+no end mark (kunit.py's own guest).
 """
 
 import json
@@ -27,10 +32,11 @@ EXPECTED_REPORTS = {
     "rdma_drain_hung_task": re.compile(r"blocked for more than"),
 }
 END_MARK = "rust-drain: tests done"
+INSMOD_FAILED = re.compile(r"rust-drain: insmod \S+ failed")
 SUITE_START = re.compile(r"^    # Subtest: (\S+)$|^rust-drain: suite (\S+) starts$")
 SUITE_END = re.compile(r"^(?:not )?ok \d+ (\S+)")
 CATEGORIES = [
-    ("unit, fake provider", ["rdma_drain_unit", "rdma_drain_abi"]),
+    ("unit, fake provider", ["rdma_drain_unit", "rdma_drain_abi", "rdma_drain_unit_srq"]),
     ("fault injection", ["rdma_drain_unit_faults", "rdma_drain_rxe_faults",
                          "rdma_drain_hung_task", "rdma_drain_hung_task_report"]),
     ("rxe", ["rdma_rxe_setup", "rdma_drain_rxe", "rdma_drain_teardown"]),
@@ -105,15 +111,18 @@ def count(node, suite_counts, path):
 
 def main():
     src, log = sys.argv[1], sys.argv[2]
-    # Exit codes of host-side checks, by name=rc; require=SUITE[:N]: a suite
-    # that this kernel must have run (N times: once per KTAP stream).
+    # Exit codes of host-side checks, by name=rc; expect=FILE; noend.
     args = sys.argv[3:]
-    required = []
+    manifest = []  # (suite, cases, runs)
+    need_end = "noend" not in args
     for a in args:
-        if a.startswith("require="):
-            name, _, n = a.partition("=")[2].partition(":")
-            required.append((name, int(n or 1)))
-    host_checks = [a for a in args if not a.startswith("require=")]
+        if a.startswith("expect="):
+            with open(a.partition("=")[2]) as f:
+                for line in f:
+                    w = line.split("#")[0].split()
+                    if w:
+                        manifest.append((w[0], int(w[1]), int(w[2])))
+    host_checks = [a for a in args if "=" in a and not a.startswith("expect=")]
     with open(log, errors="replace") as f:
         lines = f.read().splitlines()
     suites = {}
@@ -155,7 +164,10 @@ def main():
             reports[cat] = reports.get(cat, 0) + 1
             ctx = "\n".join("    " + l for l in lines[max(0, i - 5):i + 15])
             failed_extra.append(f"kernel report in the log, line {i + 1}:\n{ctx}")
-    if not any(END_MARK in l for l in lines):
+    for i, line in enumerate(lines):
+        if INSMOD_FAILED.search(line):
+            failed_extra.append(f"line {i + 1}: {PREFIX.sub('', line).strip()}")
+    if need_end and not any(END_MARK in l for l in lines):
         tail = "\n".join("    " + l for l in lines[-20:])
         failed_extra.append(f"the run did not reach its end ('{END_MARK}'):\n{tail}")
 
@@ -173,9 +185,14 @@ def main():
         failed += f + s
     if not suites:
         failed_extra.append("no KTAP results in the log")
-    for name, n in required:
-        if runs.get(name, 0) < n:
-            failed_extra.append(f"suite {name} ran {runs.get(name, 0)} times, not {n}")
+    for name, cases, n in manifest:
+        p, f, sk = suites.get(name, [0, 0, 0])
+        if name not in suites:
+            failed_extra.append(f"suite {name} did not report (expected {cases} cases)")
+        elif p + f + sk < cases:
+            failed_extra.append(f"suite {name} reported {p + f + sk} cases, expected at least {cases}")
+        elif runs.get(name, 0) < n:
+            failed_extra.append(f"suite {name} ran {runs.get(name, 0)} times, expected {n}")
     cats = {}
     for name, (p, f, sk) in suites.items():
         c = cats.setdefault(category(name), [0, 0])
@@ -188,6 +205,8 @@ def main():
     for e in failed_extra:
         print(f"FAIL: {e}")
     failed += len(failed_extra)
+    kernels = sum(suites[n][0] for n in suites if category(n) == "kernel's own Rust tests")
+    print(f"  of the passed: {passed - kernels} the project's own, {kernels} the kernel's own Rust tests")
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 

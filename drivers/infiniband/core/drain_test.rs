@@ -40,6 +40,8 @@ struct Fake {
     /// once, reaped by the core's poller).
     complete_on_post: AtomicBool,
     polls: AtomicU32,
+    /// `seq` at the first poll (0: none yet).
+    first_poll_seq: AtomicU32,
     /// Return the marker's completion from this poll on (0: never).
     complete_on_poll: AtomicU32,
     drain_rq_calls: AtomicU32,
@@ -65,6 +67,7 @@ static FAKE: Fake = Fake {
     posted_cqe: AtomicPtr::new(null_mut()),
     complete_on_post: AtomicBool::new(false),
     polls: AtomicU32::new(0),
+    first_poll_seq: AtomicU32::new(0),
     complete_on_poll: AtomicU32::new(0),
     drain_rq_calls: AtomicU32::new(0),
     drain_sq_calls: AtomicU32::new(0),
@@ -84,6 +87,7 @@ impl Fake {
             &self.post_send_calls,
             &self.post_send_seq,
             &self.polls,
+            &self.first_poll_seq,
             &self.complete_on_poll,
             &self.drain_rq_calls,
             &self.drain_sq_calls,
@@ -221,6 +225,9 @@ unsafe extern "C" fn fake_poll_cq(
     wc: *mut bindings::ib_wc,
 ) -> i32 {
     let n = FAKE.polls.fetch_add(1, SeqCst) + 1;
+    if n == 1 {
+        FAKE.first_poll_seq.store(FAKE.tick(), SeqCst);
+    }
     let at = FAKE.complete_on_poll.load(SeqCst);
     let cqe = FAKE.posted_cqe.swap(null_mut(), SeqCst);
     if at == 0 || n < at || cqe.is_null() || num_entries < 1 {
@@ -570,6 +577,53 @@ mod tests {
         assert_eq!(FAKE.post_recv_calls.load(SeqCst), 0);
         assert_eq!(FAKE.modify_calls.load(SeqCst), 2);
         assert!(FAKE.polls.load(SeqCst) >= 1);
+        Ok(())
+    }
+}
+
+/// The SRQ path waits for the Last WQE Reached event before it polls: a
+/// worker raises the event 200 ms into the drain, and the first poll of
+/// the SRQ's CQ comes after it.
+#[kunit_tests(rdma_drain_unit_srq)]
+mod srq_tests {
+    use super::*;
+    use kernel::io::poll::read_poll_timeout;
+    use kernel::time::{delay::fsleep, Delta};
+    use kernel::workqueue;
+
+    #[test]
+    fn srq_path_polls_only_after_last_wqe_reached() -> Result {
+        static EVENT_SEQ: AtomicU32 = AtomicU32::new(0);
+        static WORKER_DONE: AtomicBool = AtomicBool::new(false);
+        let mut s = Setup::new(SOFTIRQ)?;
+        s.qp.srq = &mut *s.srq;
+        EVENT_SEQ.store(0, SeqCst);
+        WORKER_DONE.store(false, SeqCst);
+        let event = core::ptr::from_mut(&mut s.qp.srq_completion) as usize;
+        workqueue::system_long().try_spawn(GFP_KERNEL, move || {
+            fsleep(Delta::from_millis(200));
+            EVENT_SEQ.store(FAKE.tick(), SeqCst);
+            // SAFETY: The fake QP outlives the worker (see below).
+            unsafe { bindings::complete(event as *mut bindings::completion) };
+            WORKER_DONE.store(true, SeqCst);
+        })?;
+        // SAFETY: A valid fake QP; nothing else posts.
+        unsafe { bindings::ib_drain_qp(s.qp()) };
+        let first_poll = FAKE.first_poll_seq.load(SeqCst);
+        // Whatever the drain did, the fake QP stays until the worker is done.
+        let worker_done = read_poll_timeout(
+            || Ok(WORKER_DONE.load(SeqCst)),
+            |&done| done,
+            Delta::from_millis(1),
+            Delta::from_secs(10),
+        );
+        if worker_done.is_err() {
+            core::mem::forget(s);
+            return Err(ETIMEDOUT);
+        }
+        let event_seq = EVENT_SEQ.load(SeqCst);
+        assert_ne!(first_poll, 0);
+        assert!(first_poll > event_seq);
         Ok(())
     }
 }
