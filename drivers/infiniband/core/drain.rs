@@ -14,10 +14,14 @@
 //!
 //! A full CQ drops completions, the marker's too (rxe raises a CQ error
 //! event): no drain can then finish, and returning would free the marker under
-//! the provider, so the drain reports itself stuck every few seconds and keeps
-//! waiting. Rust callers cannot get there: `kernel::infiniband::OwnedQp`
-//! reserves CQ room for its queues and their markers, and refuses posts beyond
-//! a queue's depth.
+//! the provider, so the drain keeps waiting, as the C drain does, and the
+//! marker's watchdog reports it every few seconds without waking it (no WARN:
+//! `panic_on_warn` must not turn a slow provider into a crash). Rust callers
+//! cannot get there: `kernel::infiniband::OwnedQp` reserves CQ room for its
+//! queues and their markers, and refuses posts beyond a queue's depth.
+//!
+//! A drain that cannot start is refused: a rate-limited line, and one WARN
+//! per reason, as the C drain's `WARN_ONCE()`s.
 
 use kernel::infiniband::{DrainMarker, PollContext, Qp, RecvQueue, WorkQueue, STUCK_REPORT_SECS};
 use kernel::prelude::*;
