@@ -60,6 +60,18 @@ run_logged() {
 }
 
 # Hash of everything in the repo that goes into the kernel tree.
+# copy_series_files PATCH DIR: copy the new files that patches/series gives
+# to PATCH (a file name in patches/) to the same paths under DIR.
+copy_series_files() {
+	local path f
+	for path in $(awk -F': ' -v n="$1" '$1 == n { print $2 }' "$TOP/patches/series"); do
+		(cd "$TOP" && find "$path" -type f) | while read -r f; do
+			mkdir -p "$2/$(dirname "$f")"
+			cp "$TOP/$f" "$2/$f"
+		done
+	done
+}
+
 overlay_hash() { # overlay_hash [DIR]: of the project's overlay, or of DIR
 	(cd "${1:-$TOP}" && { find rust drivers patches -type f 2>/dev/null || true; } |
 		LC_ALL=C sort | xargs sha256sum) | sha256sum | cut -c1-16

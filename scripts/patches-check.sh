@@ -23,12 +23,7 @@ k=0
 for name in "${series[@]}"; do
 	k=$((k + 1))
 	cp "$TOP/patches/$name" "$stage/patches/"
-	for path in $(awk -F': ' -v n="$name" '$1 == n { print $2 }' "$TOP/patches/series"); do
-		(cd "$TOP" && find "$path" -type f) | while read -r f; do
-			mkdir -p "$stage/$(dirname "$f")"
-			cp "$TOP/$f" "$stage/$f"
-		done
-	done
+	copy_series_files "$name" "$stage"
 	OVERLAY=$stage SRC_TREE=$tree "$TOP/scripts/prepare-tree.sh"
 	log=$CACHE/logs/patches-check-$k.log
 	step "patches-check: $k/${#series[@]} $name"

@@ -28,12 +28,7 @@ base=$("${G[@]}" rev-parse HEAD)
 for p in "$TOP"/patches/*.patch; do
 	name=$(basename "$p")
 	"${G[@]}" apply --index "$p" || die patches "" "$name does not apply"
-	for path in $(awk -F': ' -v n="$name" '$1 == n { print $2 }' "$TOP/patches/series"); do
-		(cd "$TOP" && find "$path" -type f) | while read -r f; do
-			mkdir -p "$repo/$(dirname "$f")"
-			cp "$TOP/$f" "$repo/$f"
-		done
-	done
+	copy_series_files "$name" "$repo"
 	"${G[@]}" add -A
 	git mailinfo "$repo/.msg" "$repo/.patch" <"$p" >"$repo/.info"
 	subject=$(sed -n 's/^Subject: //p' "$repo/.info")
