@@ -41,6 +41,7 @@ CATEGORIES = [
                          "rdma_drain_hung_task", "rdma_drain_hung_task_report"]),
     ("rxe", ["rdma_rxe_setup", "rdma_drain_rxe", "rdma_drain_teardown"]),
     ("soundness", ["rdma_drain_rxe_soundness"]),
+    ("API examples (doctests)", ["rdma_drain_doctests"]),
     ("stress", ["rdma_drain_stress"]),
     ("churn", ["nvme_rdma_rxe", "rxe_removal_race", "rdma_ib_core_reload",
                "rdma_device_hold"]),

@@ -16,6 +16,36 @@ use crate::{
 ///
 /// The QPs may share CQs, directly polled ones included. `&mut` on the slice
 /// keeps every other poster away for the whole time.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::infiniband::{
+///     drain_rq_concurrently, CompletionHandler, Cqe, DeviceRef, OwnedCq, OwnedQp, Pd,
+///     PollContext, QpConfig, WorkCompletion,
+/// };
+/// use pin_init::stack_pin_init;
+/// # struct Ignore;
+/// # impl CompletionHandler for Ignore {
+/// #     fn done(&self, _wc: &WorkCompletion) {}
+/// # }
+///
+/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let pd = Pd::alloc(&dev)?;
+/// let cq = OwnedCq::alloc(&dev, 16, 0, PollContext::Direct)?;
+/// stack_pin_init!(let cqe = Cqe::new(Ignore));
+/// let mut qps = KVec::new();
+/// for _ in 0..4 {
+///     let mut qp = OwnedQp::create_rc(&pd, &cq, &cq, QpConfig { send_depth: 0, recv_depth: 1 })?;
+///     qp.init(1)?;
+///     qp.rq().post(cqe.as_ref())?;
+///     qps.push(qp, GFP_KERNEL)?;
+/// }
+/// assert_eq!(cqe.outstanding(), 4);
+/// drain_rq_concurrently(&mut qps)?;
+/// assert_eq!(cqe.outstanding(), 0);
+/// # Ok::<(), Error>(())
+/// ```
 #[inline]
 pub fn drain_rq_concurrently(qps: &mut [OwnedQp]) -> Result {
     let n = qps.len();

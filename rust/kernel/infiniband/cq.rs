@@ -16,6 +16,19 @@ use crate::{
 use core::{ops::Deref, ptr::NonNull};
 
 /// The context in which the completions of a [`Cq`] are reaped.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::infiniband::{DeviceRef, OwnedCq, PollContext};
+///
+/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// for ctx in [PollContext::Softirq, PollContext::Workqueue, PollContext::Direct] {
+///     let cq = OwnedCq::alloc(&dev, 4, 0, ctx)?;
+///     assert_eq!(cq.poll_context(), Some(ctx));
+/// }
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PollContext {
     /// Polled from softirq context.
@@ -55,6 +68,28 @@ impl PollContext {
 }
 
 /// A view of a completion queue (`struct ib_cq`).
+///
+/// # Examples
+///
+/// The CQs of a QP, seen through its work queues:
+///
+/// ```
+/// use kernel::infiniband::{
+///     Cq, DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig, WorkQueue,
+/// };
+///
+/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let pd = Pd::alloc(&dev)?;
+/// let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Workqueue)?;
+/// let cfg = QpConfig { send_depth: 1, recv_depth: 1 };
+/// let mut qp = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
+/// let recv_cq: &Cq = qp.rq().cq().ok_or(EINVAL)?;
+/// assert_eq!(recv_cq.id(), cq.id());
+/// assert!(recv_cq.capacity() >= 8);
+/// // From ib_alloc_cq(), so a drain marker's completion reaches it.
+/// assert!(recv_cq.calls_cqe_done());
+/// # Ok::<(), Error>(())
+/// ```
 ///
 /// # Invariants
 ///
@@ -175,6 +210,25 @@ mod trace {
 /// work requests it can have outstanding plus one drain marker per work
 /// queue, so a drain can never find the CQ full: a full CQ drops the marker's
 /// completion and the drain would wait forever.
+///
+/// # Examples
+///
+/// ```
+/// use kernel::infiniband::{DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig};
+///
+/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let pd = Pd::alloc(&dev)?;
+/// let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Softirq)?;
+/// let cfg = QpConfig { send_depth: 2, recv_depth: 1 };
+/// let qp = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
+/// // Each queue's depth, plus one for its drain marker.
+/// assert_eq!(cq.available(), 8 - (2 + 1) - (1 + 1));
+/// // A second such QP does not fit.
+/// assert!(matches!(OwnedQp::create_rc(&pd, &cq, &cq, cfg), Err(e) if e == EBUSY));
+/// drop(qp);
+/// assert_eq!(cq.available(), 8);
+/// # Ok::<(), Error>(())
+/// ```
 ///
 /// # Invariants
 ///

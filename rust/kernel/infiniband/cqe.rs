@@ -11,6 +11,41 @@ use crate::{
 };
 
 /// Status of a work completion.
+///
+/// # Examples
+///
+/// Receives still posted when the QP goes to the error state are flushed:
+///
+/// ```
+/// use kernel::infiniband::{
+///     CompletionHandler, Cqe, DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig, WcStatus,
+///     WorkCompletion,
+/// };
+/// use kernel::sync::atomic::{Atomic, Relaxed};
+/// use pin_init::stack_pin_init;
+///
+/// struct Flushed(Atomic<u32>);
+///
+/// impl CompletionHandler for Flushed {
+///     fn done(&self, wc: &WorkCompletion) {
+///         if wc.status() == WcStatus::FlushError {
+///             self.0.add(1, Relaxed);
+///         }
+///     }
+/// }
+///
+/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let pd = Pd::alloc(&dev)?;
+/// let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Softirq)?;
+/// stack_pin_init!(let cqe = Cqe::new(Flushed(Atomic::new(0))));
+/// let mut qp = OwnedQp::create_rc(&pd, &cq, &cq, QpConfig { send_depth: 0, recv_depth: 2 })?;
+/// qp.init(1)?;
+/// qp.rq().post(cqe.as_ref())?;
+/// qp.rq().post(cqe.as_ref())?;
+/// qp.drain_rq();
+/// assert_eq!(cqe.handler().0.load(Relaxed), 2);
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WcStatus {
     /// The work request completed successfully.
@@ -22,6 +57,38 @@ pub enum WcStatus {
 }
 
 /// A work completion, as passed to [`CompletionHandler::done`].
+///
+/// # Examples
+///
+/// A handler that remembers which QP its last completion came from:
+///
+/// ```
+/// use kernel::infiniband::{
+///     CompletionHandler, Cqe, DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig,
+///     WorkCompletion,
+/// };
+/// use kernel::sync::atomic::{Atomic, Relaxed};
+/// use pin_init::stack_pin_init;
+///
+/// struct LastQp(Atomic<u32>);
+///
+/// impl CompletionHandler for LastQp {
+///     fn done(&self, wc: &WorkCompletion) {
+///         self.0.store(wc.qp_num(), Relaxed);
+///     }
+/// }
+///
+/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let pd = Pd::alloc(&dev)?;
+/// let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Workqueue)?;
+/// stack_pin_init!(let cqe = Cqe::new(LastQp(Atomic::new(0))));
+/// let mut qp = OwnedQp::create_rc(&pd, &cq, &cq, QpConfig { send_depth: 0, recv_depth: 1 })?;
+/// qp.init(1)?;
+/// qp.rq().post(cqe.as_ref())?;
+/// qp.drain_rq();
+/// assert_eq!(cqe.handler().0.load(Relaxed), qp.qp_num());
+/// # Ok::<(), Error>(())
+/// ```
 #[repr(transparent)]
 pub struct WorkCompletion(bindings::ib_wc);
 
@@ -47,6 +114,80 @@ impl WorkCompletion {
 }
 
 /// What to do when a work request's completion is reaped.
+///
+/// # Examples
+///
+/// A handler that counts completions by status, and a receive that is
+/// matched by a send from another QP:
+///
+/// ```
+/// use kernel::infiniband::{
+///     CompletionHandler, Cqe, DeviceRef, GidAttr, Mtu, OwnedCq, OwnedQp, Pd, PollContext,
+///     QpConfig, RcParams, WcStatus, WorkCompletion,
+/// };
+/// use kernel::sync::atomic::{Atomic, Relaxed};
+/// use kernel::time::{delay::fsleep, Delta};
+/// use pin_init::stack_pin_init;
+///
+/// struct Counts {
+///     ok: Atomic<u32>,
+///     failed: Atomic<u32>,
+/// }
+///
+/// impl Counts {
+///     fn new() -> Self {
+///         Self { ok: Atomic::new(0), failed: Atomic::new(0) }
+///     }
+/// }
+///
+/// impl CompletionHandler for Counts {
+///     fn done(&self, wc: &WorkCompletion) {
+///         match wc.status() {
+///             WcStatus::Success => self.ok.add(1, Relaxed),
+///             _ => self.failed.add(1, Relaxed),
+///         }
+///     }
+/// }
+///
+/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let gid = GidAttr::find(&dev, 1, GidAttr::is_ipv4)?;
+/// let pd = Pd::alloc(&dev)?;
+/// let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Softirq)?;
+/// stack_pin_init!(let sent = Cqe::new(Counts::new()));
+/// stack_pin_init!(let received = Cqe::new(Counts::new()));
+/// let cfg = QpConfig { send_depth: 1, recv_depth: 1 };
+/// let mut a = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
+/// let mut b = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
+/// let params = RcParams {
+///     mtu: Mtu::Mtu1024,
+///     timeout: 14,
+///     retry_cnt: 7,
+///     rnr_retry: 7,
+///     min_rnr_timer: 12,
+///     max_rd_atomic: 1,
+///     max_dest_rd_atomic: 1,
+///     hop_limit: 64,
+///     sq_psn: 0,
+///     rq_psn: 0,
+/// };
+/// a.init(1)?;
+/// b.init(1)?;
+/// let (qpn_a, qpn_b) = (a.qp_num(), b.qp_num());
+/// a.connect(&gid, qpn_b, &params)?;
+/// b.connect(&gid, qpn_a, &params)?;
+/// b.rq().post(received.as_ref())?;
+/// a.sq().post_send(sent.as_ref())?;
+/// for _ in 0..5000 {
+///     if sent.outstanding() + received.outstanding() == 0 {
+///         break;
+///     }
+///     fsleep(Delta::from_millis(1));
+/// }
+/// assert_eq!(sent.handler().ok.load(Relaxed), 1);
+/// assert_eq!(received.handler().ok.load(Relaxed), 1);
+/// assert_eq!(received.handler().failed.load(Relaxed), 0);
+/// # Ok::<(), Error>(())
+/// ```
 pub trait CompletionHandler: Sync {
     /// Called in the CQ's poll context, once per completed work request.
     fn done(&self, wc: &WorkCompletion);
@@ -57,6 +198,39 @@ pub trait CompletionHandler: Sync {
 /// The provider keeps a pointer to it until each of those work requests has
 /// completed, so it is pinned, and dropping it waits until none is
 /// outstanding. Drain the QP before dropping a `Cqe` that was posted on it.
+///
+/// # Examples
+///
+/// One entry for all the receives of a queue:
+///
+/// ```
+/// use kernel::infiniband::{
+///     CompletionHandler, Cqe, DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig,
+///     WorkCompletion,
+/// };
+/// use pin_init::stack_pin_init;
+///
+/// struct Ignore;
+///
+/// impl CompletionHandler for Ignore {
+///     fn done(&self, _wc: &WorkCompletion) {}
+/// }
+///
+/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let pd = Pd::alloc(&dev)?;
+/// let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::UnboundWorkqueue)?;
+/// // Declared before the QP, so that it is dropped after the QP is drained.
+/// stack_pin_init!(let cqe = Cqe::new(Ignore));
+/// let mut qp = OwnedQp::create_rc(&pd, &cq, &cq, QpConfig { send_depth: 0, recv_depth: 3 })?;
+/// qp.init(1)?;
+/// for _ in 0..3 {
+///     qp.rq().post(cqe.as_ref())?;
+/// }
+/// assert_eq!(cqe.outstanding(), 3);
+/// qp.drain_rq();
+/// assert_eq!(cqe.outstanding(), 0);
+/// # Ok::<(), Error>(())
+/// ```
 ///
 /// # Invariants
 ///

@@ -9,6 +9,20 @@ use core::{ops::Deref, ptr::NonNull};
 
 /// A view of a registered RDMA device (`struct ib_device`).
 ///
+/// # Examples
+///
+/// A [`DeviceRef`] gives access to the device it holds:
+///
+/// ```
+/// use kernel::infiniband::{Device, DeviceRef};
+///
+/// let held = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let dev: &Device = &held;
+/// assert!(dev.name().as_c_str().to_bytes().starts_with(b"rxe"));
+/// assert_eq!(dev.as_raw(), held.as_raw());
+/// # Ok::<(), Error>(())
+/// ```
+///
 /// # Invariants
 ///
 /// The inner `struct ib_device` is valid for as long as a `&Device` exists.
@@ -76,6 +90,18 @@ const NAME_MAX: usize = bindings::IB_DEVICE_NAME_MAX as usize;
 
 /// A copy of an RDMA device's name, for messages.
 ///
+/// # Examples
+///
+/// ```
+/// use kernel::{infiniband::DeviceRef, str::CString};
+///
+/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let name = dev.name();
+/// let printed = CString::try_from_fmt(fmt!("{name}"))?;
+/// assert_eq!(printed.to_bytes(), name.as_c_str().to_bytes());
+/// # Ok::<(), Error>(())
+/// ```
+///
 /// # Invariants
 ///
 /// The array holds a NUL.
@@ -108,6 +134,19 @@ impl crate::fmt::Display for DeviceName {
 /// must follow devices coming and going needs an `ib_client`, which this
 /// crate does not wrap yet. (The `rdma_device_hold` suite checks both: the
 /// delete waits while a holder holds, and ends once it lets go.)
+///
+/// # Examples
+///
+/// ```
+/// use kernel::infiniband::DeviceRef;
+///
+/// // The rxe device on `dummy0`, held until `dev` and its clones are dropped.
+/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let other = dev.clone();
+/// assert_eq!(other.as_raw(), dev.as_raw());
+/// assert!(matches!(DeviceRef::get_by_netdev(c"nosuchdev0"), Err(e) if e == ENODEV));
+/// # Ok::<(), Error>(())
+/// ```
 ///
 /// # Invariants
 ///
@@ -184,6 +223,22 @@ impl Drop for DeviceRef {
 }
 
 /// An entry of a port's GID table, held until dropped.
+///
+/// # Examples
+///
+/// The RoCE v2 entry of an IPv4 address of the port's network device:
+///
+/// ```
+/// use kernel::infiniband::{DeviceRef, GidAttr};
+///
+/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let gid = GidAttr::find(&dev, 1, GidAttr::is_ipv4)?;
+/// assert!(gid.is_ipv4());
+/// let again = GidAttr::get(&dev, 1, gid.index())?;
+/// assert_eq!(again.gid(), gid.gid());
+/// assert_ne!(gid.mac()?, [0; 6]);
+/// # Ok::<(), Error>(())
+/// ```
 ///
 /// # Invariants
 ///

@@ -53,6 +53,22 @@ pub(crate) struct Drained {
 /// list only while [`DrainMarker::wait`] runs. Meanwhile the watchdog reads
 /// `drained` (set before, under the watchdog's lock) and uses `ticks`, under
 /// that lock; the waiter only sleeps.
+///
+/// # Examples
+///
+/// Only a drain posts a marker. One that was never posted is not done, and
+/// waiting for it returns at once:
+///
+/// ```
+/// use kernel::infiniband::DrainMarker;
+/// use pin_init::stack_pin_init;
+///
+/// stack_pin_init!(let marker = DrainMarker::new());
+/// assert!(!marker.is_done());
+/// marker.as_ref().wait();
+/// assert!(!marker.is_done());
+/// # Ok::<(), Error>(())
+/// ```
 #[pin_data(PinnedDrop)]
 pub struct DrainMarker {
     #[pin]

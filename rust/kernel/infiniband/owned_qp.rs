@@ -18,6 +18,25 @@ use crate::{
 use core::{ffi::c_void, mem::ManuallyDrop, ops::Deref, ptr::NonNull};
 
 /// Sizes of a new QP's work queues, as the consumer will use them.
+///
+/// # Examples
+///
+/// A queue of depth 0 posts nothing, but still has room for its drain marker:
+///
+/// ```
+/// use kernel::infiniband::{DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig};
+///
+/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let pd = Pd::alloc(&dev)?;
+/// let cq = OwnedCq::alloc(&dev, 32, 0, PollContext::Softirq)?;
+/// let cfg = QpConfig { send_depth: 0, recv_depth: 16 };
+/// let mut qp = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
+/// assert_eq!(qp.config().recv_depth, 16);
+/// assert_eq!(cq.available(), 32 - 1 - 17);
+/// qp.init(1)?;
+/// qp.drain();
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct QpConfig {
     /// Send work requests the consumer may have outstanding.
@@ -27,6 +46,66 @@ pub struct QpConfig {
 }
 
 /// A path MTU (`enum ib_mtu`).
+///
+/// # Examples
+///
+/// A connection with the smallest MTU carries a zero-length send:
+///
+/// ```
+/// use kernel::infiniband::{
+///     CompletionHandler, Cqe, DeviceRef, GidAttr, Mtu, OwnedCq, OwnedQp, Pd, PollContext,
+///     QpConfig, RcParams, WcStatus, WorkCompletion,
+/// };
+/// use kernel::sync::atomic::{Atomic, Relaxed};
+/// use kernel::time::{delay::fsleep, Delta};
+/// use pin_init::stack_pin_init;
+/// # struct Received(Atomic<u32>);
+/// # impl CompletionHandler for Received {
+/// #     fn done(&self, wc: &WorkCompletion) {
+/// #         if wc.status() == WcStatus::Success {
+/// #             self.0.add(1, Relaxed);
+/// #         }
+/// #     }
+/// # }
+///
+/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// # let gid = GidAttr::find(&dev, 1, GidAttr::is_ipv4)?;
+/// # let pd = Pd::alloc(&dev)?;
+/// # let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Softirq)?;
+/// # stack_pin_init!(let received = Cqe::new(Received(Atomic::new(0))));
+/// # stack_pin_init!(let sent = Cqe::new(Received(Atomic::new(0))));
+/// # let cfg = QpConfig { send_depth: 1, recv_depth: 1 };
+/// # let mut a = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
+/// # let mut b = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
+/// # let params = RcParams {
+/// #     mtu: Mtu::Mtu1024,
+/// #     timeout: 14,
+/// #     retry_cnt: 7,
+/// #     rnr_retry: 7,
+/// #     min_rnr_timer: 12,
+/// #     max_rd_atomic: 1,
+/// #     max_dest_rd_atomic: 1,
+/// #     hop_limit: 64,
+/// #     sq_psn: 0,
+/// #     rq_psn: 0,
+/// # };
+/// let small = RcParams { mtu: Mtu::Mtu256, ..params };
+/// a.init(1)?;
+/// b.init(1)?;
+/// let (qpn_a, qpn_b) = (a.qp_num(), b.qp_num());
+/// a.connect(&gid, qpn_b, &small)?;
+/// b.connect(&gid, qpn_a, &small)?;
+/// b.rq().post(received.as_ref())?;
+/// a.sq().post_send(sent.as_ref())?;
+/// for _ in 0..5000 {
+///     if received.outstanding() == 0 {
+///         break;
+///     }
+///     fsleep(Delta::from_millis(1));
+/// }
+/// assert_eq!(received.handler().0.load(Relaxed), 1);
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mtu {
     /// 256 bytes.
@@ -56,6 +135,44 @@ impl Mtu {
 /// The path and retry attributes of a reliable connection, for
 /// [`OwnedQp::connect`]: the `struct ib_qp_attr` fields of the INIT -> RTR
 /// and RTR -> RTS transitions, with the meaning the IB spec gives them.
+///
+/// # Examples
+///
+/// Two QPs connected to each other through a RoCE GID of one port:
+///
+/// ```
+/// use kernel::infiniband::{
+///     DeviceRef, GidAttr, Mtu, OwnedCq, OwnedQp, Pd, PollContext, QpConfig, RcParams,
+/// };
+///
+/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let gid = GidAttr::find(&dev, 1, GidAttr::is_ipv4)?;
+/// let pd = Pd::alloc(&dev)?;
+/// let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Workqueue)?;
+/// let cfg = QpConfig { send_depth: 1, recv_depth: 1 };
+/// let mut a = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
+/// let mut b = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
+/// let params = RcParams {
+///     mtu: Mtu::Mtu1024,
+///     timeout: 14,
+///     retry_cnt: 7,
+///     rnr_retry: 7,
+///     min_rnr_timer: 12,
+///     max_rd_atomic: 1,
+///     max_dest_rd_atomic: 1,
+///     hop_limit: 64,
+///     sq_psn: 0,
+///     rq_psn: 0,
+/// };
+/// a.init(1)?;
+/// b.init(1)?;
+/// let (qpn_a, qpn_b) = (a.qp_num(), b.qp_num());
+/// a.connect(&gid, qpn_b, &params)?;
+/// b.connect(&gid, qpn_a, &params)?;
+/// // A QP that is not in INIT cannot be connected again.
+/// assert!(a.connect(&gid, qpn_b, &params).is_err());
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct RcParams {
     /// The path MTU.
@@ -98,6 +215,39 @@ pub struct RcParams {
 ///
 /// (`ignore`: the kernel's doctests run as KUnit and cannot check that
 /// something fails to build.)
+///
+/// # Examples
+///
+/// A QP used, reset and used again; dropping it drains it:
+///
+/// ```
+/// use kernel::infiniband::{
+///     CompletionHandler, Cqe, DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig,
+///     WorkCompletion,
+/// };
+/// use pin_init::stack_pin_init;
+/// # struct Ignore;
+/// # impl CompletionHandler for Ignore {
+/// #     fn done(&self, _wc: &WorkCompletion) {}
+/// # }
+///
+/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let pd = Pd::alloc(&dev)?;
+/// let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Softirq)?;
+/// stack_pin_init!(let cqe = Cqe::new(Ignore));
+/// let mut qp = OwnedQp::create_rc(&pd, &cq, &cq, QpConfig { send_depth: 1, recv_depth: 2 })?;
+/// qp.init(1)?;
+/// qp.rq().post(cqe.as_ref())?;
+/// // RESET would discard the receive without completing it: reset() drains first.
+/// qp.reset()?;
+/// assert_eq!(cqe.outstanding(), 0);
+/// qp.init(1)?;
+/// qp.rq().post(cqe.as_ref())?;
+/// assert_eq!(cqe.outstanding(), 1);
+/// drop(qp);
+/// assert_eq!(cqe.outstanding(), 0);
+/// # Ok::<(), Error>(())
+/// ```
 ///
 /// # Invariants
 ///
@@ -256,7 +406,9 @@ impl OwnedQp {
     }
 
     /// Returns how many Last WQE Reached events the QP has had: a QP on an
-    /// SRQ has one when it enters the error state.
+    /// SRQ has one when it enters the error state. The core wakes a drain
+    /// waiting for the event before the QP's handler counts it, so the count
+    /// may lag just after [`OwnedQp::drain`] returns.
     #[inline]
     pub fn last_wqe_events(&self) -> u32 {
         self.held.events.last_wqe.load(Relaxed)

@@ -13,6 +13,17 @@ use core::ptr::NonNull;
 /// The objects created on it (QPs, SRQs) hold a reference, so it outlives
 /// them, even one that is leaked.
 ///
+/// # Examples
+///
+/// ```
+/// use kernel::infiniband::{DeviceRef, Pd};
+///
+/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let pd = Pd::alloc(&dev)?;
+/// assert_eq!(pd.device().as_raw(), dev.as_raw());
+/// # Ok::<(), Error>(())
+/// ```
+///
 /// # Invariants
 ///
 /// `ptr` is a valid `struct ib_pd` owned by this object, on `dev`.

@@ -11,6 +11,26 @@ use crate::{bindings, error::to_result, prelude::*, time::Jiffies, types::Opaque
 
 /// A view of a queue pair (`struct ib_qp`).
 ///
+/// # Examples
+///
+/// An [`OwnedQp`](super::OwnedQp) is a `Qp`:
+///
+/// ```
+/// use kernel::infiniband::{DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, Qp, QpConfig};
+///
+/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let pd = Pd::alloc(&dev)?;
+/// let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Softirq)?;
+/// let mut owned = OwnedQp::create_rc(&pd, &cq, &cq, QpConfig { send_depth: 1, recv_depth: 1 })?;
+/// owned.init(1)?;
+/// let qp: &Qp = &owned;
+/// assert_ne!(qp.qp_num(), 0);
+/// assert!(!qp.has_srq());
+/// assert_eq!(qp.device().as_raw(), dev.as_raw());
+/// qp.set_error_state()?;
+/// # Ok::<(), Error>(())
+/// ```
+///
 /// # Invariants
 ///
 /// The inner `struct ib_qp` is valid for as long as a `&Qp` exists.
@@ -178,6 +198,27 @@ mod private {
 ///
 /// (`ignore`: the kernel's doctests run as KUnit and cannot check that
 /// something fails to build.)
+///
+/// # Examples
+///
+/// ```
+/// use kernel::infiniband::{DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig, WorkQueue};
+///
+/// fn describe<'a>(q: &impl WorkQueue<'a>) -> (u32, Option<u32>, bool) {
+///     (q.qp().qp_num(), q.cq().map(|cq| cq.id()), q.is_shared())
+/// }
+///
+/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let pd = Pd::alloc(&dev)?;
+/// let send_cq = OwnedCq::alloc(&dev, 4, 0, PollContext::Softirq)?;
+/// let recv_cq = OwnedCq::alloc(&dev, 4, 0, PollContext::Softirq)?;
+/// let cfg = QpConfig { send_depth: 1, recv_depth: 1 };
+/// let mut qp = OwnedQp::create_rc(&pd, &send_cq, &recv_cq, cfg)?;
+/// let qpn = qp.qp_num();
+/// assert_eq!(describe(&qp.sq()), (qpn, Some(send_cq.id()), false));
+/// assert_eq!(describe(&qp.rq()), (qpn, Some(recv_cq.id()), false));
+/// # Ok::<(), Error>(())
+/// ```
 pub trait WorkQueue<'a>: private::Sealed {
     /// `"recv"` or `"send"`, for messages.
     const NAME: &'static str;
@@ -245,6 +286,47 @@ fn record_posted<'a, Q: WorkQueue<'a>>(q: &Q, marker: &DrainMarker) {
 }
 
 /// The right to post receive work requests on a QP.
+///
+/// # Examples
+///
+/// On a directly polled CQ the consumer reaps its own completions:
+///
+/// ```
+/// use kernel::infiniband::{
+///     CompletionHandler, Cqe, DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig,
+///     WorkCompletion,
+/// };
+/// use kernel::time::{delay::fsleep, Delta};
+/// use pin_init::stack_pin_init;
+/// # struct Ignore;
+/// # impl CompletionHandler for Ignore {
+/// #     fn done(&self, _wc: &WorkCompletion) {}
+/// # }
+///
+/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let pd = Pd::alloc(&dev)?;
+/// let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Direct)?;
+/// stack_pin_init!(let cqe = Cqe::new(Ignore));
+/// let mut qp = OwnedQp::create_rc(&pd, &cq, &cq, QpConfig { send_depth: 0, recv_depth: 2 })?;
+/// qp.init(1)?;
+/// let mut rq = qp.rq();
+/// rq.post(cqe.as_ref())?;
+/// rq.post(cqe.as_ref())?;
+/// // The queue is as deep as asked, no deeper.
+/// assert!(matches!(rq.post(cqe.as_ref()), Err(e) if e == EBUSY));
+/// qp.set_error_state()?;
+/// let mut reaped = 0;
+/// for _ in 0..5000 {
+///     reaped += qp.rq().poll_cq_direct();
+///     if reaped == 2 {
+///         break;
+///     }
+///     fsleep(Delta::from_millis(1));
+/// }
+/// assert_eq!(reaped, 2);
+/// assert_eq!(cqe.outstanding(), 0);
+/// # Ok::<(), Error>(())
+/// ```
 ///
 /// # Invariants
 ///
@@ -332,6 +414,61 @@ impl<'a> RecvQueue<'a> {
 }
 
 /// The right to post send work requests on a QP.
+///
+/// # Examples
+///
+/// Two connected QPs; sends still queued when the sender is drained
+/// complete, successfully or flushed, before the drain returns:
+///
+/// ```
+/// use kernel::infiniband::{
+///     CompletionHandler, Cqe, DeviceRef, GidAttr, Mtu, OwnedCq, OwnedQp, Pd, PollContext,
+///     QpConfig, RcParams, WorkCompletion,
+/// };
+/// use pin_init::stack_pin_init;
+/// # struct Ignore;
+/// # impl CompletionHandler for Ignore {
+/// #     fn done(&self, _wc: &WorkCompletion) {}
+/// # }
+///
+/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// # let gid = GidAttr::find(&dev, 1, GidAttr::is_ipv4)?;
+/// # let params = RcParams {
+/// #     mtu: Mtu::Mtu1024,
+/// #     timeout: 14,
+/// #     retry_cnt: 7,
+/// #     rnr_retry: 7,
+/// #     min_rnr_timer: 12,
+/// #     max_rd_atomic: 1,
+/// #     max_dest_rd_atomic: 1,
+/// #     hop_limit: 64,
+/// #     sq_psn: 0,
+/// #     rq_psn: 0,
+/// # };
+/// let pd = Pd::alloc(&dev)?;
+/// let cq = OwnedCq::alloc(&dev, 16, 0, PollContext::Softirq)?;
+/// stack_pin_init!(let sent = Cqe::new(Ignore));
+/// stack_pin_init!(let received = Cqe::new(Ignore));
+/// let cfg = QpConfig { send_depth: 3, recv_depth: 3 };
+/// let mut a = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
+/// let mut b = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
+/// a.init(1)?;
+/// b.init(1)?;
+/// let (qpn_a, qpn_b) = (a.qp_num(), b.qp_num());
+/// a.connect(&gid, qpn_b, &params)?;
+/// b.connect(&gid, qpn_a, &params)?;
+/// for _ in 0..3 {
+///     b.rq().post(received.as_ref())?;
+/// }
+/// let mut sq = a.sq();
+/// for _ in 0..3 {
+///     sq.post_send(sent.as_ref())?;
+/// }
+/// assert!(matches!(sq.post_send(sent.as_ref()), Err(e) if e == EBUSY));
+/// a.drain_sq();
+/// assert_eq!(sent.outstanding(), 0);
+/// # Ok::<(), Error>(())
+/// ```
 ///
 /// # Invariants
 ///

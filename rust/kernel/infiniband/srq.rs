@@ -21,6 +21,37 @@ use core::{mem::ManuallyDrop, ptr::NonNull};
 /// destroying the SRQ and forgetting the receives the SRQ discarded:
 /// `ib_free_cq()` waits for a poller that may still be running a handler.
 ///
+/// # Examples
+///
+/// A QP on an SRQ, drained: its Last WQE Reached event ends the drain, and
+/// the receives the SRQ still holds stay for its other QPs.
+///
+/// ```
+/// use kernel::infiniband::{
+///     CompletionHandler, DeviceRef, OwnedCq, OwnedQp, OwnedSrq, Pd, PollContext, QpConfig,
+///     WorkCompletion,
+/// };
+/// # struct Ignore;
+/// # impl CompletionHandler for Ignore {
+/// #     fn done(&self, _wc: &WorkCompletion) {}
+/// # }
+///
+/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let pd = Pd::alloc(&dev)?;
+/// let cq = OwnedCq::alloc(&dev, 4, 0, PollContext::Softirq)?;
+/// let srq = OwnedSrq::new(&pd, 4, PollContext::Softirq, Ignore)?;
+/// for _ in 0..4 {
+///     srq.post()?;
+/// }
+/// assert!(matches!(srq.post(), Err(e) if e == EBUSY));
+/// let cfg = QpConfig { send_depth: 1, recv_depth: 0 };
+/// let mut qp = OwnedQp::create_rc_on_srq(&pd, &cq, &srq, cfg)?;
+/// qp.init(1)?;
+/// qp.drain();
+/// assert_eq!(srq.outstanding(), 4);
+/// # Ok::<(), Error>(())
+/// ```
+///
 /// # Invariants
 ///
 /// `ptr` is a valid SRQ owned by this object, with `depth` entries, created
