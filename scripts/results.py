@@ -40,7 +40,7 @@ CATEGORIES = [
     ("fault injection", ["rdma_drain_unit_faults", "rdma_drain_rxe_faults",
                          "rdma_drain_hung_task", "rdma_drain_hung_task_report"]),
     ("rxe", ["rdma_rxe_setup", "rdma_drain_rxe", "rdma_drain_teardown"]),
-    ("soundness", ["rdma_drain_rxe_soundness"]),
+    ("soundness", ["rdma_drain_rxe_soundness", "rdma_drain_leaks", "rdma_drain_leaks_kept"]),
     ("API examples (doctests)", ["rdma_drain_doctests"]),
     ("stress", ["rdma_drain_stress"]),
     ("churn", ["nvme_rdma_rxe", "rxe_removal_race", "rdma_ib_core_reload",
