@@ -27,8 +27,6 @@ impl kernel::Module for Doctests {
 }
 
 /// The generated tests, and `DOCTEST_CASES`.
-// The generator writes `pub` items, for the crate root of vmlinux.
-#[allow(unreachable_pub)]
 mod generated {
     include!(concat!(
         env!("OBJTREE"),
