@@ -236,7 +236,7 @@ impl Drop for DeviceRef {
 /// assert!(gid.is_ipv4());
 /// let again = GidAttr::get(&dev, 1, gid.index())?;
 /// assert_eq!(again.gid(), gid.gid());
-/// assert_ne!(gid.mac()?, [0; 6]);
+/// assert!(gid.mac()? != [0; 6]);
 /// # Ok::<(), Error>(())
 /// ```
 ///
