@@ -25,11 +25,14 @@ PREFIX = re.compile(r"^\[\s*\d+\.\d+\]\s?")
 REPORTS = re.compile(
     r"WARNING:|BUG:|KASAN:|Oops|Kernel panic|possible circular locking|"
     r"possible recursive locking|inconsistent lock state|blocked for more than|"
-    r"UBSAN:|kmemleak:.*new suspected|general protection fault"
+    r"UBSAN:|kmemleak:.*new suspected|general protection fault|"
+    # kernel::infiniband's word that a destroy was refused and it leaked.
+    r"ib_(destroy_qp|destroy_srq|dealloc_pd)_user\(\) failed"
 )
 # Reports a suite provokes on purpose; the guest or the host checks them.
 EXPECTED_REPORTS = {
     "rdma_drain_hung_task": re.compile(r"blocked for more than"),
+    "rdma_drain_failed_destroy": re.compile(r"ib_destroy_qp_user\(\) failed"),
 }
 END_MARK = "rust-drain: tests done"
 INSMOD_FAILED = re.compile(r"rust-drain: insmod \S+ failed")
@@ -40,7 +43,8 @@ CATEGORIES = [
     ("fault injection", ["rdma_drain_unit_faults", "rdma_drain_rxe_faults",
                          "rdma_drain_hung_task", "rdma_drain_hung_task_report"]),
     ("rxe", ["rdma_rxe_setup", "rdma_drain_rxe", "rdma_drain_teardown"]),
-    ("soundness", ["rdma_drain_rxe_soundness", "rdma_drain_leaks", "rdma_drain_leaks_kept"]),
+    ("soundness", ["rdma_drain_rxe_soundness", "rdma_drain_leaks", "rdma_drain_leaks_kept",
+                   "rdma_drain_failed_destroy", "rdma_drain_failed_destroy_kept"]),
     ("API examples (doctests)", ["rdma_drain_doctests"]),
     ("stress", ["rdma_drain_stress"]),
     ("churn", ["nvme_rdma_rxe", "rxe_removal_race", "rdma_ib_core_reload",

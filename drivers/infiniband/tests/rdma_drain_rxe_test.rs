@@ -289,7 +289,7 @@ mod tests {
                 recv_depth: 4,
             },
         )?;
-        assert_ne!(qp.qp_num(), 0);
+        assert!(qp.qp_num() != 0);
         qp.init(1)?;
         Ok(())
     }
