@@ -41,7 +41,7 @@ test: build
 test-debug:
 	@scripts/build.sh debug
 	@scripts/initramfs.sh debug
-	@BOOT_TIMEOUT=$${BOOT_TIMEOUT:-1200} KERNEL_ARGS="kunit.filter_glob=rdma_drain* rust_drain_stress_cycles=$${STRESS_CYCLES:-100}" \
+	@BOOT_TIMEOUT=$${BOOT_TIMEOUT:-1800} KERNEL_ARGS="kunit.filter_glob=rdma_drain* rust_drain_stress_cycles=$${STRESS_CYCLES:-100}" \
 		scripts/run-tests.sh debug test
 
 bench:
