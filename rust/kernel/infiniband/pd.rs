@@ -6,7 +6,7 @@
 
 use super::DeviceRef;
 use crate::{bindings, error::from_err_ptr, prelude::*, sync::Arc};
-use core::ptr::NonNull;
+use core::{mem::ManuallyDrop, ptr::NonNull};
 
 /// A protection domain, deallocated when the last reference is dropped.
 ///
@@ -26,10 +26,11 @@ use core::ptr::NonNull;
 ///
 /// # Invariants
 ///
-/// `ptr` is a valid `struct ib_pd` owned by this object, on `dev`.
+/// `ptr` is a valid `struct ib_pd` owned by this object, on `dev`. `dev` is
+/// dropped only by `Drop`, after the PD was deallocated.
 pub struct Pd {
     ptr: NonNull<bindings::ib_pd>,
-    dev: DeviceRef,
+    dev: ManuallyDrop<DeviceRef>,
 }
 
 // SAFETY: A PD may be used and deallocated from any thread.
@@ -49,7 +50,7 @@ impl Pd {
         // INVARIANT: __ib_alloc_pd() returned a valid PD or an error.
         let pd = Self {
             ptr: NonNull::new(ptr).ok_or(ENOMEM)?,
-            dev: dev.clone(),
+            dev: ManuallyDrop::new(dev.clone()),
         };
         Ok(Arc::new(pd, GFP_KERNEL)?)
     }
@@ -74,8 +75,16 @@ impl Drop for Pd {
         // references to `self`, so they are gone already.
         let ret = unsafe { bindings::ib_dealloc_pd_user(self.as_raw(), core::ptr::null_mut()) };
         if ret != 0 {
-            // The provider kept it: so does the C side, and it is leaked.
-            pr_warn!("{}: ib_dealloc_pd_user() failed: {ret}\n", self.dev.name());
+            // The provider kept it: so does the C side, and it is leaked,
+            // with the device reference it needs.
+            pr_warn!(
+                "{}: ib_dealloc_pd_user() failed: {ret}; it is leaked\n",
+                self.dev.name()
+            );
+            return;
         }
+        // SAFETY: By the type invariant only this drop drops `dev`, once,
+        // and the PD on it is gone.
+        unsafe { ManuallyDrop::drop(&mut self.dev) };
     }
 }
