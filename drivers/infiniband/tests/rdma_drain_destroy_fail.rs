@@ -4,11 +4,11 @@
 //! event counter, its slots and its parents, which the provider and the
 //! core may still use.
 //!
-//! The guest loads `rdma_qp_destroy_fail.ko` first, armed to fail one QP
-//! destroy. The QP here is on an SRQ, so rxe raises Last WQE Reached on it
-//! again each time a packet reaches it in the error state: the core then
-//! calls the QP's event handler with the leaked counter, which KASAN
-//! watches on the debug kernel. The leaked objects stay on rxe0 for good,
+//! The guest loads `rdma_qp_destroy_fail.ko` first, armed to fail one
+//! destroy of a QP on an SRQ: the QP here. rxe raises Last WQE Reached on
+//! it again each time packets reach it in the error state; the core then
+//! calls the QP's event handler with the leaked counter (KASAN watches on
+//! the debug kernel), and the C module counts those events. The leaked objects stay on rxe0 for good,
 //! and their handlers' code is in this module, so it is never unloaded.
 
 use kernel::infiniband::{

@@ -6,9 +6,10 @@
 //! land on them and complete, through CQs whose last handle is gone.
 //!
 //! A parent freed under its child is caught here: `ib_free_cq()` of a used
-//! CQ WARNs (`panic_on_warn`), KASAN sees the completion that uses it on the
-//! debug kernel, and a refused destroy of a used SRQ or PD prints "... failed",
-//! which the host counts as a report.
+//! CQ WARNs (`panic_on_warn`), a refused destroy of a used SRQ prints
+//! "... failed", which the host counts as a report, rxe waits for a used
+//! PD's users for 50 s and then WARNs, and on the debug kernel KASAN sees
+//! the completion that uses a freed object.
 //!
 //! The QPs stay on rxe0 for good, and with them a reference to the device,
 //! which then can no longer be deleted. So the guest loads this module last,
