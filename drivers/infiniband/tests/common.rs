@@ -9,6 +9,7 @@ use kernel::infiniband::{
     WorkCompletion,
 };
 use kernel::prelude::*;
+use kernel::time::{delay::fsleep, Delta};
 
 /// The four contexts a CQ can be polled in.
 pub(crate) const CONTEXTS: [PollContext; 4] = [
@@ -77,4 +78,17 @@ pub(crate) fn connect_pair(a: &mut OwnedQp, b: &mut OwnedQp, gid: &GidAttr) -> R
     let (qpn_a, qpn_b) = (a.qp_num(), b.qp_num());
     a.connect(gid, qpn_b, &RC)?;
     b.connect(gid, qpn_a, &RC)
+}
+
+/// Polls `done()` every millisecond for at most `limit_ms`; returns its last
+/// value, so that a wait that runs out fails its test instead of hanging it.
+#[allow(dead_code)] // Not every module that shares this file waits.
+pub(crate) fn wait_until(limit_ms: u32, done: impl Fn() -> bool) -> bool {
+    for _ in 0..limit_ms {
+        if done() {
+            return true;
+        }
+        fsleep(Delta::from_millis(1));
+    }
+    done()
 }

@@ -15,7 +15,6 @@ use kernel::infiniband::{
     Cqe, GidAttr, OwnedCq, OwnedQp, OwnedSrq, Pd, PollContext, QpConfig, RcParams,
 };
 use kernel::prelude::*;
-use kernel::time::{delay::fsleep, Delta};
 use pin_init::stack_pin_init;
 
 module! {
@@ -36,7 +35,7 @@ impl kernel::Module for DestroyFail {
 
 #[allow(dead_code)] // Not every helper is used here.
 mod common;
-use common::{rxe, Counter, RC};
+use common::{rxe, wait_until, Counter, RC};
 
 #[kunit_tests(rdma_drain_failed_destroy)]
 mod tests {
@@ -86,11 +85,7 @@ mod tests {
         for _ in 0..2 {
             b.sq().post_send(sent.as_ref())?;
         }
-        let mut waited = 0;
-        while sent.outstanding() != 0 && waited < 10_000 {
-            fsleep(Delta::from_millis(1));
-            waited += 1;
-        }
+        wait_until(10_000, || sent.outstanding() == 0);
         b.drain();
         let (ok, flushed, failed) = sent.handler().counts();
         assert_eq!(ok, 0);

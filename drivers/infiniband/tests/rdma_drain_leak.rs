@@ -23,7 +23,6 @@ use kernel::infiniband::{
     WcStatus, WorkCompletion,
 };
 use kernel::prelude::*;
-use kernel::time::{delay::fsleep, Delta};
 use pin_init::stack_pin_init;
 
 module! {
@@ -44,24 +43,13 @@ impl kernel::Module for LeakTest {
 
 #[allow(dead_code)] // Not every helper is used here.
 mod common;
-use common::{connect_pair, rxe, Counter};
+use common::{connect_pair, rxe, wait_until, Counter};
 
 /// One entry per queue: each QP here is on CQs of its own.
 const CFG: QpConfig = QpConfig {
     send_depth: 1,
     recv_depth: 1,
 };
-
-/// Waits, at most 5 s, until `done()` holds.
-fn wait_until(done: impl Fn() -> bool) -> bool {
-    for _ in 0..5000 {
-        if done() {
-            return true;
-        }
-        fsleep(Delta::from_millis(1));
-    }
-    done()
-}
 
 /// Successful completions on the SRQ of the SRQ case.
 static SRQ_RECEIVED: AtomicU32 = AtomicU32::new(0);
@@ -104,7 +92,7 @@ mod tests {
         drop(dev);
         b.sq().post_send(sent.as_ref())?;
         // The ACK comes back after the receive completed: wait for both.
-        let landed = wait_until(|| received.outstanding() + sent.outstanding() == 0);
+        let landed = wait_until(5000, || received.outstanding() + sent.outstanding() == 0);
         b.drain();
         let counts = received.handler().counts();
         if !landed {
@@ -140,8 +128,9 @@ mod tests {
         drop(srq);
         drop(pd);
         b.sq().post_send(sent.as_ref())?;
-        let landed =
-            wait_until(|| SRQ_RECEIVED.load(Ordering::Relaxed) == 1 && sent.outstanding() == 0);
+        let landed = wait_until(5000, || {
+            SRQ_RECEIVED.load(Ordering::Relaxed) == 1 && sent.outstanding() == 0
+        });
         b.drain();
         assert!(landed);
         assert_eq!(sent.handler().counts(), (1, 0, 0));

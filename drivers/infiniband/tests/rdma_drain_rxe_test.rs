@@ -34,7 +34,7 @@ impl kernel::Module for RxeDrainTest {
 }
 
 mod common;
-use common::{connect_pair, rxe, Counter, CONTEXTS};
+use common::{connect_pair, rxe, wait_until, Counter, CONTEXTS};
 
 /// RQ depth of the drain cases: the deepest case fills the RQ but for the
 /// marker's reserved slot.
@@ -162,11 +162,8 @@ fn live_traffic_case(ctx: PollContext, k: u32, r: u32) -> Result<((u32, u32, u32
 
 /// Waits, at most 5 s, until `cqe` has seen `n` successful completions.
 fn wait_for_successes(cqe: &Cqe<Counter>, n: u32) -> Result {
-    for _ in 0..5000 {
-        if cqe.handler().counts().0 >= n {
-            return Ok(());
-        }
-        fsleep(Delta::from_millis(1));
+    if wait_until(5000, || cqe.handler().counts().0 >= n) {
+        return Ok(());
     }
     pr_err!("completions missing: {:?}\n", cqe.handler().counts());
     Err(ETIMEDOUT)
@@ -225,12 +222,7 @@ fn srq_case(ctx: PollContext, k: u32, r: u32) -> Result<SrqDrain> {
     let counts = srq.handler().counts();
     // The core wakes the drain before it calls the QP's own event handler,
     // which counts the event: give that handler a moment.
-    for _ in 0..1000 {
-        if b.last_wqe_events() > 0 {
-            break;
-        }
-        fsleep(Delta::from_millis(1));
-    }
+    wait_until(1000, || b.last_wqe_events() > 0);
     Ok(SrqDrain {
         refused_warned_at_most_once: matches!(refused_warnings, Some(0 | 1)) && again == Some(0),
         counts,
