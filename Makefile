@@ -32,7 +32,7 @@ demo: build
 # panic_on_warn=1, as fleets run: the drains of every suite (a late marker
 # too) must not WARN; only refusals do, under KUnit's warning suppression.
 test: build
-	@KERNEL_ARGS="panic_on_warn=1 $${KERNEL_ARGS:-}" scripts/run-tests.sh test test
+	@BOOT_TIMEOUT=$${BOOT_TIMEOUT:-600} KERNEL_ARGS="panic_on_warn=1 $${KERNEL_ARGS:-}" scripts/run-tests.sh test test
 
 # The project's suites on the debug kernel (KASAN, lockdep, kmemleak, ...).
 # The kernel's own Rust doctests run in make test; here they are filtered
@@ -41,7 +41,7 @@ test: build
 test-debug:
 	@scripts/build.sh debug
 	@scripts/initramfs.sh debug
-	@BOOT_TIMEOUT=$${BOOT_TIMEOUT:-1800} KERNEL_ARGS="kunit.filter_glob=rdma_drain* rust_drain_stress_cycles=$${STRESS_CYCLES:-100}" \
+	@BOOT_TIMEOUT=$${BOOT_TIMEOUT:-1800} KERNEL_ARGS="kunit.filter_glob=rdma_drain* rust_drain_stress_cycles=$${STRESS_CYCLES:-100} rust_drain_ulp_cycles=$${ULP_CYCLES:-5}" \
 		scripts/run-tests.sh debug test
 
 bench:

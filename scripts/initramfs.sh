@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Usage: scripts/initramfs.sh FLAVOUR
 # Make $CACHE/build-FLAVOUR/initramfs.cpio.gz: static busybox, iproute2's rdma
-# with its libraries, the modules, and the guest scripts (scripts/guest/).
+# and nfs-utils with their libraries, the modules, and the guest scripts
+# (scripts/guest/).
 . "$(dirname "$0")/lib.sh"
 
 flavour=${1:-test}
@@ -28,6 +29,11 @@ ldd /usr/bin/rdma | awk '/=>/ { print $3 } /ld-linux/ { print $1 }' | while read
 	mkdir -p "$root/$(dirname "$lib")"
 	cp -L "$lib" "$root/$lib"
 done
+
+# nfs-utils for the NFS/RDMA suite (scripts/guest/nfs.sh).
+"$TOP/scripts/guest-userspace.sh" "$root"
+echo "127.0.0.1 localhost" >"$root/etc/hosts"
+echo "169.254.1.1 rxe-guest" >>"$root/etc/hosts"
 
 cp -a "$build/mods/lib/modules" "$root/lib/"
 cp "$TOP"/scripts/guest/* "$root/"

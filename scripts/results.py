@@ -51,6 +51,8 @@ CATEGORIES = [
     ("stress", ["rdma_drain_stress"]),
     ("churn", ["nvme_rdma_rxe", "rxe_removal_race", "rdma_ib_core_reload",
                "rdma_device_hold"]),
+    ("in-tree ULPs", ["nfs_rdma_rxe", "nfs_rdma_server_restart", "nfs_rdma_rxe_removal",
+                      "srp_rxe", "rnbd_rxe"]),
     ("benchmark smoke", ["rdma_drain_bench_smoke"]),
     ("host checks", ["host_checks"]),
 ]

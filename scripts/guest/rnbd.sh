@@ -1,0 +1,89 @@
+#!/bin/sh
+# RNBD over RTRS in one guest, over rxe0: rnbd-server exports a null_blk
+# disk, rnbd-client maps it (sysfs), I/O is verified, it is unmapped. The
+# last unmap closes the RTRS session: the client's close work runs
+# rdma_disconnect() and ib_drain_qp() per connection before the unmap
+# returns (rtrs-clt.c stop_cm()); the server's close work, queued on the
+# DISCONNECTED event, does the same (rtrs_srv_close_work()).
+# Usage: rnbd.sh CYCLES. Prints the KTAP suite rnbd_rxe.
+
+CYCLES=${1:-20}
+ADDR=169.254.1.1
+CFS=/sys/kernel/config
+SESS=rust-drain
+
+. /ktap.sh
+. /rdma.sh
+
+# Waits at most $1 s for the command "$2..." to succeed.
+wait_until() {
+	t=$1
+	shift
+	for _ in $(seq $((t * 10))); do
+		"$@" && return 0
+		sleep 0.1
+	done
+	echo "after $t s still not: $*"
+	return 1
+}
+
+setup() {
+	mount -t configfs none $CFS 2>/dev/null
+	modprobe null_blk && modprobe rnbd-server && modprobe rnbd-client || return 1
+	mkdir $CFS/nullb/nullb2 && echo 64 >$CFS/nullb/nullb2/size &&
+		echo 1 >$CFS/nullb/nullb2/memory_backed && echo 1 >$CFS/nullb/nullb2/power &&
+		wait_until 5 test -b /dev/nullb2
+}
+
+teardown() {
+	rmdir $CFS/nullb/nullb2 && rmmod rnbd_client rnbd_server
+}
+
+# Maps the disk; sets $dev (rnbdN).
+map() {
+	echo "sessname=$SESS path=ip:$ADDR device_path=/dev/nullb2" \
+		>/sys/class/rnbd-client/ctl/map_device || { echo "map_device refused"; return 1; }
+	dev=$(basename "$(readlink "/sys/class/rnbd-client/ctl/devices/!dev!nullb2@$SESS")")
+	wait_until 10 test -b "/dev/$dev"
+}
+
+# Unmaps it: the session closes with it, the server's side soon after.
+unmap() {
+	echo normal >/sys/block/$dev/rnbd/unmap_device || { echo "unmap_device refused"; return 1; }
+	[ ! -e /sys/class/rtrs-client/$SESS ] || { echo "client session still there"; return 1; }
+	wait_until 30 sh -c "! test -e /sys/class/rtrs-server/$SESS"
+}
+
+# One cycle: map, write a pattern at block $1, read it back, compare, unmap.
+cycle() {
+	map || return 1
+	dd if=/dev/urandom of=/tmp/rnbd.pattern bs=4096 count=64 2>/dev/null
+	dd if=/tmp/rnbd.pattern of=/dev/$dev bs=4096 count=64 seek="$1" oflag=direct 2>/dev/null &&
+		dd if=/dev/$dev of=/tmp/rnbd.readback bs=4096 count=64 skip="$1" iflag=direct 2>/dev/null &&
+		cmp /tmp/rnbd.pattern /tmp/rnbd.readback
+	rc=$?
+	unmap || rc=1
+	return $rc
+}
+
+cycles() {
+	i=0
+	while [ $i -lt "$CYCLES" ]; do
+		cycle $((i * 64)) || { echo "cycle $i failed"; return 1; }
+		i=$((i + 1))
+	done
+}
+
+
+ktap_begin rnbd_rxe
+check rnbd_server_setup setup
+check drain_stacks_traced trace_stacks_on
+check "rnbd_${CYCLES}_maps_data_match" cycles
+trace_stacks_off
+# A session has a connection per CPU and one for user messages; on close
+# each side drains SQ and RQ of every one.
+cons=$(($(grep -c ^processor /proc/cpuinfo) + 1))
+check client_ib_drain_qp_ran drains_at_least $((CYCLES * cons * 2)) ib_drain_qp rtrs_clt_close_work
+check server_ib_drain_qp_ran drains_at_least $((CYCLES * cons * 2)) ib_drain_qp rtrs_srv_close_work
+check rnbd_removed teardown
+ktap_end rnbd_rxe

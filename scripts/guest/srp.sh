@@ -1,0 +1,120 @@
+#!/bin/sh
+# SRP over RDMA/CM in one guest, over rxe0: LIO's ib_srpt exports a
+# null_blk disk (iblock backstore, set up through configfs by hand), the
+# ib_srp initiator logs in, I/O is verified, it logs out. Logout destroys
+# each channel with srp_destroy_qp(): ib_drain_qp(), its send CQ polled
+# directly (IB_POLL_DIRECT), so the Rust drain's direct path runs under a
+# real ULP. ib_srpt itself never calls ib_drain_*(): it moves its QPs to
+# ERR and waits for the flush in its own code.
+# Usage: srp.sh CYCLES. Prints the KTAP suite srp_rxe.
+
+CYCLES=${1:-20}
+ADDR=169.254.1.1
+PORT=5555
+CFS=/sys/kernel/config
+BS=$CFS/target/core/iblock_1/nullb1
+S=$CFS/target/srpt
+# The target port is named after rxe0's port GID 0 (its interface id,
+# "xxxx:xxxx:xxxx:xxxx"); with that name ib_srpt calls an RDMA/CM initiator
+# by its IP address, the ACL's name. (Set here: each check runs in a
+# subshell.)
+TP=$(cut -d: -f5-8 /sys/class/infiniband/rxe0/ports/1/gids/0)
+P=$S/$TP/tpg_1
+
+. /ktap.sh
+. /rdma.sh
+
+# Waits at most $1 s for the command "$2..." to succeed.
+wait_until() {
+	t=$1
+	shift
+	for _ in $(seq $((t * 10))); do
+		"$@" && return 0
+		sleep 0.1
+	done
+	echo "after $t s still not: $*"
+	return 1
+}
+
+# A second null_blk disk, of its own: iblock opens it exclusively.
+nullb_add() { # nullb_add NAME
+	mkdir $CFS/nullb/$1 && echo 64 >$CFS/nullb/$1/size &&
+		echo 1 >$CFS/nullb/$1/memory_backed && echo 1 >$CFS/nullb/$1/power &&
+		wait_until 5 test -b /dev/$1
+}
+
+setup() {
+	mount -t configfs none $CFS 2>/dev/null
+	modprobe null_blk && modprobe target_core_iblock && modprobe ib_srpt &&
+		modprobe sd_mod && modprobe ib_srp || return 1
+	nullb_add nullb1 || return 1
+	mkdir -p $BS && echo "udev_path=/dev/nullb1" >$BS/control && echo 1 >$BS/enable || return 1
+	mkdir -p $S && echo $PORT >$S/discovery_auth/rdma_cm_port || return 1
+	mkdir -p $P/lun/lun_0 && ln -s $BS $P/lun/lun_0/nullb1 &&
+		mkdir -p $P/acls/$ADDR/lun_0 && ln -s $P/lun/lun_0 $P/acls/$ADDR/lun_0/lun_0 &&
+		echo 1 >$P/enable
+}
+
+teardown() {
+	echo 0 >$P/enable &&
+		rm $P/acls/$ADDR/lun_0/lun_0 && rmdir $P/acls/$ADDR/lun_0 $P/acls/$ADDR &&
+		rm $P/lun/lun_0/nullb1 && rmdir $P/lun/lun_0 $P $S/$TP &&
+		echo 0 >$S/discovery_auth/rdma_cm_port && rmdir $S &&
+		rmdir $BS $CFS/target/core/iblock_1 && rmdir $CFS/nullb/nullb1 &&
+		rmmod ib_srp ib_srpt target_core_iblock
+}
+
+# Logs in; sets $rport (srp_remote_ports), $host and $dev (the SCSI disk).
+login() {
+	g=$(cat /sys/module/ib_srpt/parameters/srpt_service_guid)
+	g=${g#0x}
+	echo "id_ext=$g,ioc_guid=$g,dest=$ADDR:$PORT,ch_count=2" \
+		>/sys/class/infiniband_srp/srp-rxe0-1/add_target || { echo "add_target refused"; return 1; }
+	rport=$(ls -d /sys/class/srp_remote_ports/port-* | head -n 1)
+	host=${rport##*/port-}
+	host=${host%%:*}
+	dev=""
+	for _ in $(seq 100); do
+		dev=$(ls /sys/class/scsi_host/host$host/device/target*/*/block 2>/dev/null | head -n 1)
+		[ -n "$dev" ] && [ -b /dev/$dev ] && return 0
+		sleep 0.1
+	done
+	echo "no disk on SCSI host $host within 10 s"
+	return 1
+}
+
+logout() {
+	echo 1 >$rport/delete && wait_until 30 sh -c "! test -e /sys/class/scsi_host/host$host"
+}
+
+# One cycle: log in, write a pattern at block $1, read it back, compare,
+# log out (the initiator's QPs drain).
+cycle() {
+	login || return 1
+	dd if=/dev/urandom of=/tmp/srp.pattern bs=4096 count=64 2>/dev/null
+	dd if=/tmp/srp.pattern of=/dev/$dev bs=4096 count=64 seek="$1" oflag=direct 2>/dev/null &&
+		dd if=/dev/$dev of=/tmp/srp.readback bs=4096 count=64 skip="$1" iflag=direct 2>/dev/null &&
+		cmp /tmp/srp.pattern /tmp/srp.readback
+	rc=$?
+	logout || rc=1
+	return $rc
+}
+
+cycles() {
+	i=0
+	while [ $i -lt "$CYCLES" ]; do
+		cycle $((i * 64)) || { echo "cycle $i failed"; return 1; }
+		i=$((i + 1))
+	done
+}
+
+
+ktap_begin srp_rxe
+check srpt_target_setup setup
+check drain_stacks_traced trace_stacks_on
+check "srp_${CYCLES}_logins_data_match" cycles
+trace_stacks_off
+# Each logout drains both channels (ch_count=2), SQ and RQ of each.
+check initiator_ib_drain_qp_ran drains_exactly $((CYCLES * 4)) ib_drain_qp srp_destroy_qp
+check target_config_removed teardown
+ktap_end srp_rxe
