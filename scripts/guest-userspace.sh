@@ -1,25 +1,29 @@
 #!/usr/bin/env bash
 # Usage: scripts/guest-userspace.sh ROOT
 # Put the userspace the guest's ULP suites need into the initramfs tree ROOT:
-# nfs-utils' rpc.mountd, exportfs and mount.nfs, with their shared
-# libraries, from Debian packages of this machine's release (apt-get
-# download with the machine's own apt configuration, cached in
-# $CACHE/guest-debs). Nothing is installed on the host.
+# nfs-utils' rpc.mountd, exportfs and mount.nfs, and open-iscsi's iscsid and
+# iscsiadm, with their shared libraries, from Debian packages of this
+# machine's release (apt-get download with the machine's own apt
+# configuration, cached in $CACHE/guest-debs). Nothing is installed on the
+# host.
 . "$(dirname "$0")/lib.sh"
 
 root=$1
 debs=$CACHE/guest-debs
 log=$CACHE/logs/guest-userspace.log
 # The binaries, and every package whose libraries they load (bookworm).
-BINS="usr/sbin/rpc.mountd usr/sbin/exportfs sbin/mount.nfs"
+BINS="usr/sbin/rpc.mountd usr/sbin/exportfs sbin/mount.nfs
+sbin/iscsid sbin/iscsiadm"
 PKGS="nfs-kernel-server nfs-common libwrap0 libtirpc3 libtirpc-common
 libmount1 libblkid1 libuuid1 libselinux1 libpcre2-8-0 libgssapi-krb5-2
-libkrb5-3 libk5crypto3 libkrb5support0 libcom-err2 libkeyutils1 libnsl2"
+libkrb5-3 libk5crypto3 libkrb5support0 libcom-err2 libkeyutils1 libnsl2
+open-iscsi libisns0 libopeniscsiusr libssl3 libkmod2 libsystemd0 libcap2
+libgcrypt20 libgpg-error0 liblz4-1 liblzma5 libzstd1"
 
 # shellcheck disable=SC2086 # PKGS is a list of words
 want=$(echo $PKGS | sha256sum | cut -c1-16)
 if [ "$(cat "$debs/.complete" 2>/dev/null)" != "$want" ]; then
-	step "guest userspace: apt-get download nfs-utils and its libraries"
+	step "guest userspace: apt-get download nfs-utils, open-iscsi and their libraries"
 	rm -rf "$debs"
 	mkdir -p "$debs/pkgs"
 	# shellcheck disable=SC2086

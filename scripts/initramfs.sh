@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Usage: scripts/initramfs.sh FLAVOUR
-# Make $CACHE/build-FLAVOUR/initramfs.cpio.gz: static busybox, iproute2's rdma
-# and nfs-utils with their libraries, the modules, and the guest scripts
-# (scripts/guest/).
+# Make $CACHE/build-FLAVOUR/initramfs.cpio.gz: static busybox, iproute2's rdma,
+# nfs-utils and open-iscsi with their libraries, the modules, and the guest
+# scripts (scripts/guest/).
 . "$(dirname "$0")/lib.sh"
 
 flavour=${1:-test}
@@ -30,7 +30,8 @@ ldd /usr/bin/rdma | awk '/=>/ { print $3 } /ld-linux/ { print $1 }' | while read
 	cp -L "$lib" "$root/$lib"
 done
 
-# nfs-utils for the NFS/RDMA suite (scripts/guest/nfs.sh).
+# nfs-utils and open-iscsi for the NFS/RDMA and iSER suites
+# (scripts/guest/nfs.sh, iser.sh).
 "$TOP/scripts/guest-userspace.sh" "$root"
 echo "127.0.0.1 localhost" >"$root/etc/hosts"
 echo "169.254.1.1 rxe-guest" >>"$root/etc/hosts"

@@ -52,7 +52,7 @@ CATEGORIES = [
     ("churn", ["nvme_rdma_rxe", "rxe_removal_race", "rdma_ib_core_reload",
                "rdma_device_hold"]),
     ("in-tree ULPs", ["nfs_rdma_rxe", "nfs_rdma_server_restart", "nfs_rdma_rxe_removal",
-                      "srp_rxe", "rnbd_rxe"]),
+                      "srp_rxe", "rnbd_rxe", "iser_rxe"]),
     ("benchmark smoke", ["rdma_drain_bench_smoke"]),
     ("host checks", ["host_checks"]),
 ]

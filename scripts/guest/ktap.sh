@@ -33,3 +33,10 @@ ktap_end() { # ktap_end SUITE
 	echo "$results" | sed '/^$/d'
 	if echo "$results" | grep -q 'not ok'; then echo "not ok 1 $1"; else echo "ok 1 $1"; fi
 }
+
+# The kernel prints to the console from its own thread, after insmod has
+# returned: a line this shell writes at once can land inside a KTAP line of
+# the module's suite and break it. Give the console time to catch up.
+console_settle() {
+	sleep 1
+}

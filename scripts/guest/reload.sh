@@ -54,6 +54,7 @@ check rxe0_added_again rdma link add rxe0 type rxe netdev dummy0
 check rxe0_active_again rxe_wait_active
 check drain_tracepoint_enabled trace_on
 check rxe_suite_runs_again rxe_suite
+console_settle
 # The rxe suite drains dozens of queues; its own KTAP says how each went.
 check drains_ran_after_reload drains_traced 20
 ktap_end rdma_ib_core_reload
