@@ -149,6 +149,7 @@ cycle() {
 }
 
 cycles() {
+	[ "$CYCLES" -ge 1 ] || { echo "CYCLES is $CYCLES: nothing would be tested"; return 1; }
 	i=0
 	while [ $i -lt "$CYCLES" ]; do
 		cycle $((i * 64)) || { echo "cycle $i failed"; return 1; }
@@ -158,20 +159,31 @@ cycles() {
 
 # No session left (a failed cycle may leave one), no node record, no iscsid.
 initiator_remove() {
+	rc=0
 	node --logout >/dev/null 2>&1
-	wait_until 30 sh -c '! ls -d /sys/class/iscsi_session/session* >/dev/null 2>&1' || return 1
-	node -o delete || return 1
-	pid=$(cat /tmp/iscsid.pid)
-	kill "$pid" && wait_until 10 gone "$pid" || { kill -9 "$pid"; return 1; }
+	wait_until 30 sh -c '! ls -d /sys/class/iscsi_session/session* >/dev/null 2>&1' || rc=1
+	node -o delete || rc=1
+	# iscsid goes in any case.
+	pid=$(cat /tmp/iscsid.pid 2>/dev/null)
+	if [ -n "$pid" ]; then
+		kill "$pid" && wait_until 10 gone "$pid" || { kill -9 "$pid"; rc=1; }
+	fi
+	return $rc
 }
 
-# The reverse of target_setup; the sessions are gone, so are their drains.
+# The reverse of target_setup, step by step (a setup that stopped halfway
+# leaves less); the sessions are gone, so are their drains.
 # target_core_iblock stays if another suite's backstore still holds it.
 target_remove() {
-	echo 0 >$P/enable && echo 0 >$NP/iser && rmdir $NP &&
-		rm $P/lun/lun_0/nullb3 && rmdir $P/lun/lun_0 $P $T $CFS/target/iscsi &&
-		rmdir $BS $CFS/target/core/iblock_3 && rmdir $CFS/nullb/nullb3 &&
-		rmmod ib_isert iscsi_target_mod || return 1
+	[ -e $P/enable ] && echo 0 >$P/enable
+	[ -e $NP/iser ] && echo 0 >$NP/iser
+	[ -d $NP ] && rmdir $NP
+	[ -L $P/lun/lun_0/nullb3 ] && rm $P/lun/lun_0/nullb3
+	for d in $P/lun/lun_0 $P $T $CFS/target/iscsi $BS $CFS/target/core/iblock_3 \
+		$CFS/nullb/nullb3; do
+		[ -d $d ] && rmdir $d
+	done
+	rmmod ib_isert iscsi_target_mod || return 1
 	ls -d $CFS/target/core/iblock_* >/dev/null 2>&1 || rmmod target_core_iblock
 }
 
@@ -183,6 +195,7 @@ teardown() {
 	return $rc
 }
 
+REFUSALS0=$(refusals)
 ktap_begin iser_rxe
 check iscsi_target_setup target_setup
 check iscsid_node_setup initiator_setup
@@ -195,6 +208,7 @@ trace_stacks_off
 check initiator_ib_drain_qp_ran drains_exactly $((CYCLES * 2)) ib_drain_qp iser_conn_terminate
 check target_drained_in_wait_conn drains_exactly $((CYCLES * 2)) ib_drain_qp isert_wait_conn
 check target_drained_in_free_conn drains_exactly $((CYCLES * 2)) ib_drain_qp isert_free_conn
+check no_drain_refused no_refusals_since "$REFUSALS0"
 check iser_config_removed teardown
 ktap_end iser_rxe
 echo "rust-drain: iscsid said: $(tr '\n' ' ' </tmp/iscsid.log 2>/dev/null | cut -c1-300)"

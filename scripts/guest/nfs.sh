@@ -61,32 +61,52 @@ setup() {
 	server_start
 }
 
+# Every NFS operation is bounded: on a hard mount whose server is gone
+# they would block for good.
 nfs_mount() {
-	mount.nfs4 $ADDR:/ $MNT -o $OPTS || { echo "mount.nfs4 -o $OPTS failed"; return 1; }
+	bounded 60 mount.nfs4 $ADDR:/ $MNT -o $OPTS || { echo "mount.nfs4 -o $OPTS failed"; return 1; }
 }
 
-# Waits at most $2 seconds for process $1; fails if it is still running.
-wait_bounded() {
-	t=0
-	while kill -0 "$1" 2>/dev/null; do
-		[ $t -ge $(($2 * 10)) ] && { echo "pid $1 still running after $2 s"; return 1; }
-		sleep 0.1
-		t=$((t + 1))
-	done
-}
-
-# umount, bounded: a hung unmount fails the check instead of the run.
 nfs_umount() {
-	umount $MNT &
-	u=$!
-	wait_bounded $u 60 || return 1
-	wait $u || { echo "umount $MNT failed"; return 1; }
+	bounded 60 umount $MNT || { echo "umount $MNT failed"; return 1; }
 }
 
 # Writes 4 MiB of random data to $MNT/$1 and keeps a copy in /tmp.
 write_file() {
 	dd if=/dev/urandom of=/tmp/nfs.$1 bs=64k count=64 2>/dev/null &&
-		cp /tmp/nfs.$1 $MNT/$1 && sync
+		bounded 60 sh -c "cp /tmp/nfs.$1 $MNT/$1 && sync"
+}
+
+# Compares $MNT/$1 with the copy in /tmp.
+same() {
+	bounded 60 cmp /tmp/nfs.$1 $MNT/$1
+}
+
+# Both sides free their transports from work items that may run after the
+# unmount returned: wait until rxe has only the QPs it had before, so that
+# every drain is in the trace before it stops.
+qps_back() {
+	for _ in $(seq 300); do
+		[ "$(qp_count)" -le "$QP0" ] && return 0
+		sleep 0.1
+	done
+	echo "$(qp_count) QPs after 30 s, $QP0 before"
+	return 1
+}
+
+# Leaves nothing for the suites after this one (a failed step above may
+# have left a mount, nfsd or rxe0's removal): ends with checks that it did.
+cleanup() {
+	grep -q " $MNT " /proc/mounts && umount -f -l $MNT
+	rdma dev show rxe0 >/dev/null 2>&1 ||
+		{ rdma link add rxe0 type rxe netdev dummy0 && rxe_wait_active; }
+	server_stop
+	kill "$(cat /tmp/mountd.pid)" 2>/dev/null
+	exportfs -ua
+	umount $EXPORT
+	umount $NFSD
+	! grep -qE " ($MNT|$EXPORT|$NFSD) " /proc/mounts && rdma dev show rxe0 >/dev/null &&
+		grep -qx 0 /sys/module/rpcrdma/refcnt
 }
 
 # One cycle: mount, write, unmount, mount again (nothing cached), read back
@@ -94,12 +114,14 @@ write_file() {
 cycle() {
 	rc=0
 	nfs_mount && write_file f$1 && nfs_umount && nfs_mount || return 1
-	cmp /tmp/nfs.f$1 $MNT/f$1 || rc=1
-	rm -f $MNT/f$1 /tmp/nfs.f$1
+	same f$1 || rc=1
+	bounded 60 rm -f $MNT/f$1
+	rm -f /tmp/nfs.f$1
 	nfs_umount && [ $rc = 0 ]
 }
 
 cycles() {
+	[ "$CYCLES" -ge 1 ] || { echo "CYCLES is $CYCLES: nothing would be tested"; return 1; }
 	i=0
 	while [ $i -lt "$CYCLES" ]; do
 		cycle $i || { echo "cycle $i failed"; return 1; }
@@ -108,16 +130,21 @@ cycles() {
 }
 
 
+QP0=$(qp_count)
+REFUSALS0=$(refusals)
+
 ktap_begin nfs_rdma_rxe
 check nfsd_rdma_server_setup setup
 check drain_stacks_traced trace_stacks_on
 check "nfs_rdma_${CYCLES}_cycles_data_matches" cycles
+check transports_freed qps_back
 trace_stacks_off
 # Each cycle unmounts twice, and each unmount closes one connection: the
 # client drains its RQ and then its SQ, the server its QP (SQ and RQ).
 check client_ib_drain_rq_ran drains_exactly $((CYCLES * 2)) ib_drain_rq rpcrdma_xprt_disconnect
 check client_ib_drain_sq_ran drains_exactly $((CYCLES * 2)) ib_drain_sq rpcrdma_xprt_disconnect
 check server_ib_drain_qp_ran drains_exactly $((CYCLES * 4)) ib_drain_qp svc_rdma_free
+check no_drain_refused no_refusals_since "$REFUSALS0"
 ktap_end nfs_rdma_rxe
 
 # The server restarts under a mounted client: the client reconnects (and,
@@ -130,19 +157,22 @@ restart() {
 	write_file after || return 1
 	# A new mount: what reads back comes from the server.
 	nfs_umount && nfs_mount || return 1
-	cmp /tmp/nfs.before $MNT/before && cmp /tmp/nfs.after $MNT/after || return 1
-	rm -f $MNT/before $MNT/after
+	same before && same after || return 1
+	bounded 60 rm -f $MNT/before $MNT/after
 	nfs_umount
 }
 
 ktap_begin nfs_rdma_server_restart
 trace_stacks_on
 check server_restart_under_a_mount restart
+check transports_freed qps_back
 trace_stacks_off
-# The stop and two unmounts each closed a connection on both sides (the
-# client's reconnect attempts while the server is down may drain more).
-check server_drained_at_stop_and_unmounts drains_at_least 6 ib_drain_qp svc_rdma_free
+# The stop and two unmounts each closed one connection: the server drained
+# each once (it has no listener while it is down); the client's reconnect
+# attempts in that time drain more.
+check server_drained_at_stop_and_unmounts drains_exactly 6 ib_drain_qp svc_rdma_free
 check client_drained_at_stop_and_unmounts drains_at_least 3 ib_drain_rq rpcrdma_xprt_disconnect
+check no_drain_refused no_refusals_since "$REFUSALS0"
 ktap_end nfs_rdma_server_restart
 
 # rxe0 goes away under a mount: xprtrdma's ib_client remove callback makes
@@ -151,26 +181,25 @@ ktap_end nfs_rdma_server_restart
 # within 60 s. With rxe0 back, the hard mount reconnects and I/O resumes.
 removal() {
 	nfs_mount && write_file gone || return 1
-	rdma link delete rxe0 &
-	rm=$!
-	wait_bounded $rm 60 || return 1
-	wait $rm || { echo "rdma link delete failed"; return 1; }
+	bounded 60 rdma link delete rxe0 || { echo "rdma link delete failed"; return 1; }
 	rdma link add rxe0 type rxe netdev dummy0 && rxe_wait_active || return 1
 	write_file back || return 1
 	nfs_umount && nfs_mount || return 1
-	cmp /tmp/nfs.gone $MNT/gone && cmp /tmp/nfs.back $MNT/back || return 1
-	rm -f $MNT/gone $MNT/back
+	same gone && same back || return 1
+	bounded 60 rm -f $MNT/gone $MNT/back
 	nfs_umount
 }
 
 ktap_begin nfs_rdma_rxe_removal
 trace_stacks_on
 check rxe_removal_under_a_mount removal
+check transports_freed qps_back
 trace_stacks_off
-# As for the restart: the removal and two unmounts each closed one.
+# As for the restart: the removal and two unmounts each closed one (the
+# client cannot reconnect while rxe0 is gone).
 check client_drained_at_removal_and_unmounts drains_at_least 3 ib_drain_rq rpcrdma_xprt_disconnect
-check server_drained_at_removal_and_unmounts drains_at_least 6 ib_drain_qp svc_rdma_free
-check nfsd_stops server_stop
+check server_drained_at_removal_and_unmounts drains_exactly 6 ib_drain_qp svc_rdma_free
+check no_drain_refused no_refusals_since "$REFUSALS0"
+check nfs_left_nothing cleanup
 ktap_end nfs_rdma_rxe_removal
-kill "$(cat /tmp/mountd.pid)" 2>/dev/null
 echo "rust-drain: mountd said: $(tr '\n' ' ' </tmp/mountd.log | cut -c1-300)"

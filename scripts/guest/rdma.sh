@@ -40,23 +40,32 @@ trace_stacks_off() {
 }
 
 # drains_from FN...: how many traced cq_drain_complete events have a stack
-# that holds every function FN (the stacktrace entry follows its event).
+# that holds every function FN. A stacktrace entry follows its event on the
+# same CPU (ftrace merges the CPUs' buffers by time, so another CPU's
+# entries may come between): each is matched by its [CPU] field.
 drains_from() {
 	awk -v fns="$*" '
-		function done_event() {
-			if (!ev) return
-			ok = 1
-			for (i = 1; i <= nf; i++) if (!(f[i] in st)) ok = 0
-			hits += ok
-			ev = 0
+		function cpu_of(i) {
+			for (i = 1; i <= NF; i++) if ($i ~ /^\[[0-9]+\]$/) return $i
+			return "?"
+		}
+		function finish(i, ok) {
+			if (cur == "") return
+			if (pend[cur]) {
+				ok = 1
+				for (i = 1; i <= nf; i++) if (!(f[i] in st)) ok = 0
+				hits += ok
+				pend[cur] = 0
+			}
+			cur = ""
 			split("", st)
 		}
 		BEGIN { nf = split(fns, f, " ") }
-		/ cq_drain_complete: / { done_event(); ev = 1; next }
-		/^ => / { if (ev) { sub(/\+.*/, "", $2); st[$2] = 1 }; next }
-		/<stack trace>/ { next }
-		{ done_event() }
-		END { done_event(); print hits + 0 }' $TRACE/trace
+		/^ => / { if (cur != "") { sub(/\+.*/, "", $2); st[$2] = 1 }; next }
+		{ finish() }
+		/ cq_drain_complete: / { pend[cpu_of()] = 1; next }
+		/<stack trace>/ { cur = cpu_of() }
+		END { finish(); print hits + 0 }' $TRACE/trace
 }
 
 # drains_at_least N FN...: at least N traced drains had every FN on their
@@ -77,4 +86,46 @@ drains_exactly() {
 	c=$(drains_from "$@")
 	echo "$c drains with $* on their stack, want $want"
 	[ "$c" = "$want" ]
+}
+
+# refusals: how many drain refusals ib_core has logged (they fire the
+# tracepoint too, so a drain count alone cannot tell them from drains).
+refusals() {
+	dmesg | grep -cE 'ib_core: .*(failed to drain|cannot drain|drain refusals)'
+}
+
+# no_refusals_since N: no refusal was logged after refusals said N.
+no_refusals_since() {
+	c=$(refusals)
+	echo "$((c - $1)) drain refusals logged during the suite"
+	[ "$c" -le "$1" ]
+}
+
+# bounded SECS CMD...: runs CMD (a command or a function, in a subshell),
+# failing if it has not ended within SECS s; a stuck CMD is left behind,
+# unwaited. Its output goes to a file, not to a pipe that a stuck process
+# would hold open (check reads its command's output to the end).
+bounded() {
+	_bsecs=$1
+	shift
+	"$@" </dev/null >/tmp/bounded.out 2>&1 &
+	_bpid=$!
+	_bi=0
+	while kill -0 $_bpid 2>/dev/null; do
+		if [ $_bi -ge $((_bsecs * 10)) ]; then
+			echo "still running after $_bsecs s: $*"
+			return 1
+		fi
+		sleep 0.1
+		_bi=$((_bi + 1))
+	done
+	wait $_bpid
+	_brc=$?
+	cat /tmp/bounded.out
+	return $_brc
+}
+
+# qp_count: the QPs rdma knows of (the ULPs' and the GSI QPs).
+qp_count() {
+	rdma resource show qp | grep -c 'lqpn'
 }

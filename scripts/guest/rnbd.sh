@@ -35,14 +35,19 @@ setup() {
 		wait_until 5 test -b /dev/nullb2
 }
 
+# Best effort: a map left by a failed cycle goes first.
 teardown() {
-	rmdir $CFS/nullb/nullb2 && rmmod rnbd_client rnbd_server
+	for u in /sys/block/rnbd*/rnbd/unmap_device; do
+		[ -e "$u" ] && echo force >"$u"
+	done
+	[ -d $CFS/nullb/nullb2 ] && rmdir $CFS/nullb/nullb2
+	rmmod rnbd_client rnbd_server
 }
 
 # Maps the disk; sets $dev (rnbdN).
 map() {
-	echo "sessname=$SESS path=ip:$ADDR device_path=/dev/nullb2" \
-		>/sys/class/rnbd-client/ctl/map_device || { echo "map_device refused"; return 1; }
+	bounded 60 sh -c "echo sessname=$SESS path=ip:$ADDR device_path=/dev/nullb2 \
+		>/sys/class/rnbd-client/ctl/map_device" || { echo "map_device refused"; return 1; }
 	dev=$(basename "$(readlink "/sys/class/rnbd-client/ctl/devices/!dev!nullb2@$SESS")")
 	wait_until 10 test -b "/dev/$dev"
 }
@@ -67,6 +72,7 @@ cycle() {
 }
 
 cycles() {
+	[ "$CYCLES" -ge 1 ] || { echo "CYCLES is $CYCLES: nothing would be tested"; return 1; }
 	i=0
 	while [ $i -lt "$CYCLES" ]; do
 		cycle $((i * 64)) || { echo "cycle $i failed"; return 1; }
@@ -75,6 +81,7 @@ cycles() {
 }
 
 
+REFUSALS0=$(refusals)
 ktap_begin rnbd_rxe
 check rnbd_server_setup setup
 check drain_stacks_traced trace_stacks_on
@@ -85,5 +92,6 @@ trace_stacks_off
 cons=$(($(grep -c ^processor /proc/cpuinfo) + 1))
 check client_ib_drain_qp_ran drains_at_least $((CYCLES * cons * 2)) ib_drain_qp rtrs_clt_close_work
 check server_ib_drain_qp_ran drains_at_least $((CYCLES * cons * 2)) ib_drain_qp rtrs_srv_close_work
+check no_drain_refused no_refusals_since "$REFUSALS0"
 check rnbd_removed teardown
 ktap_end rnbd_rxe

@@ -55,12 +55,20 @@ setup() {
 		echo 1 >$P/enable
 }
 
+# Best effort, step by step: a setup that stopped halfway leaves less to
+# remove, and what is left would keep ib_srpt loaded for reload.sh.
 teardown() {
-	echo 0 >$P/enable &&
-		rm $P/acls/$ADDR/lun_0/lun_0 && rmdir $P/acls/$ADDR/lun_0 $P/acls/$ADDR &&
-		rm $P/lun/lun_0/nullb1 && rmdir $P/lun/lun_0 $P $S/$TP &&
-		echo 0 >$S/discovery_auth/rdma_cm_port && rmdir $S &&
-		rmdir $BS $CFS/target/core/iblock_1 && rmdir $CFS/nullb/nullb1 &&
+	for r in /sys/class/srp_remote_ports/port-*; do
+		[ -e "$r/delete" ] && echo 1 >"$r/delete"
+	done
+	[ -e $P/enable ] && echo 0 >$P/enable
+	[ -L $P/acls/$ADDR/lun_0/lun_0 ] && rm $P/acls/$ADDR/lun_0/lun_0
+	for d in $P/acls/$ADDR/lun_0 $P/acls/$ADDR; do [ -d $d ] && rmdir $d; done
+	[ -L $P/lun/lun_0/nullb1 ] && rm $P/lun/lun_0/nullb1
+	for d in $P/lun/lun_0 $P $S/$TP; do [ -d $d ] && rmdir $d; done
+	[ -e $S/discovery_auth/rdma_cm_port ] && echo 0 >$S/discovery_auth/rdma_cm_port
+	for d in $S $BS $CFS/target/core/iblock_1 $CFS/nullb/nullb1; do [ -d $d ] && rmdir $d; done
+	wait_until 30 sh -c "! ls -d /sys/class/srp_remote_ports/port-* >/dev/null 2>&1" &&
 		rmmod ib_srp ib_srpt target_core_iblock
 }
 
@@ -68,8 +76,8 @@ teardown() {
 login() {
 	g=$(cat /sys/module/ib_srpt/parameters/srpt_service_guid)
 	g=${g#0x}
-	echo "id_ext=$g,ioc_guid=$g,dest=$ADDR:$PORT,ch_count=2" \
-		>/sys/class/infiniband_srp/srp-rxe0-1/add_target || { echo "add_target refused"; return 1; }
+	bounded 60 sh -c "echo id_ext=$g,ioc_guid=$g,dest=$ADDR:$PORT,ch_count=2 \
+		>/sys/class/infiniband_srp/srp-rxe0-1/add_target" || { echo "add_target refused"; return 1; }
 	rport=$(ls -d /sys/class/srp_remote_ports/port-* | head -n 1)
 	host=${rport##*/port-}
 	host=${host%%:*}
@@ -101,6 +109,7 @@ cycle() {
 }
 
 cycles() {
+	[ "$CYCLES" -ge 1 ] || { echo "CYCLES is $CYCLES: nothing would be tested"; return 1; }
 	i=0
 	while [ $i -lt "$CYCLES" ]; do
 		cycle $((i * 64)) || { echo "cycle $i failed"; return 1; }
@@ -109,6 +118,7 @@ cycles() {
 }
 
 
+REFUSALS0=$(refusals)
 ktap_begin srp_rxe
 check srpt_target_setup setup
 check drain_stacks_traced trace_stacks_on
@@ -116,5 +126,6 @@ check "srp_${CYCLES}_logins_data_match" cycles
 trace_stacks_off
 # Each logout drains both channels (ch_count=2), SQ and RQ of each.
 check initiator_ib_drain_qp_ran drains_exactly $((CYCLES * 4)) ib_drain_qp srp_destroy_qp
+check no_drain_refused no_refusals_since "$REFUSALS0"
 check target_config_removed teardown
 ktap_end srp_rxe

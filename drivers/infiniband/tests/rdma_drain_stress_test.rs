@@ -274,13 +274,23 @@ mod tests {
             sum(|w| w.sends.load(Ordering::Relaxed)),
             sum(|w| w.sends_failed.load(Ordering::Relaxed))
         );
+        // Failures are errors, not panics: this helper is not a #[test]
+        // body, whose assertions KUnit catches, and a panic here is a BUG.
         for w in &workers {
-            assert_eq!(w.result.load(Ordering::Relaxed), 0);
+            let result = w.result.load(Ordering::Relaxed);
+            if result != 0 {
+                pr_err!("round {round}: a worker failed: {result}\n");
+                return Err(EIO);
+            }
         }
-        assert_eq!(
-            sum(|w| w.drains.load(Ordering::Relaxed)),
-            WORKERS * 8 * 2 * cycles
-        );
+        let drains = sum(|w| w.drains.load(Ordering::Relaxed));
+        if drains != WORKERS * 8 * 2 * cycles {
+            pr_err!(
+                "round {round}: {drains} drains, want {}\n",
+                WORKERS * 8 * 2 * cycles
+            );
+            return Err(EIO);
+        }
         Ok(())
     }
 
