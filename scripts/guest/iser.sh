@@ -23,25 +23,6 @@ NP=$P/np/$ADDR:$PORT
 . /ktap.sh
 . /rdma.sh
 
-# Waits at most $1 s for the command "$2..." to succeed.
-wait_until() {
-	t=$1
-	shift
-	for _ in $(seq $((t * 10))); do
-		"$@" && return 0
-		sleep 0.1
-	done
-	echo "after $t s still not: $*"
-	return 1
-}
-
-# A null_blk disk of its own: iblock opens it exclusively.
-nullb_add() { # nullb_add NAME
-	mkdir "$CFS/nullb/$1" && echo 64 >"$CFS/nullb/$1/size" &&
-		echo 1 >"$CFS/nullb/$1/memory_backed" && echo 1 >"$CFS/nullb/$1/power" &&
-		wait_until 5 test -b "/dev/$1"
-}
-
 # Every iscsiadm call is bounded: a login or logout that hangs fails its
 # check instead of the run.
 adm() {

@@ -129,3 +129,23 @@ bounded() {
 qp_count() {
 	rdma resource show qp | grep -c 'lqpn'
 }
+
+# Waits at most $1 s for the command "$2..." to succeed.
+wait_until() {
+	t=$1
+	shift
+	for _ in $(seq $((t * 10))); do
+		"$@" && return 0
+		sleep 0.1
+	done
+	echo "after $t s still not: $*"
+	return 1
+}
+
+# nullb_add NAME: a 64 MiB null_blk disk of its own, made through configfs
+# (iblock opens its disk exclusively, so each suite has one).
+nullb_add() {
+	mkdir /sys/kernel/config/nullb/$1 && echo 64 >/sys/kernel/config/nullb/$1/size &&
+		echo 1 >/sys/kernel/config/nullb/$1/memory_backed &&
+		echo 1 >/sys/kernel/config/nullb/$1/power && wait_until 5 test -b /dev/$1
+}

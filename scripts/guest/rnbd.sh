@@ -15,24 +15,10 @@ SESS=rust-drain
 . /ktap.sh
 . /rdma.sh
 
-# Waits at most $1 s for the command "$2..." to succeed.
-wait_until() {
-	t=$1
-	shift
-	for _ in $(seq $((t * 10))); do
-		"$@" && return 0
-		sleep 0.1
-	done
-	echo "after $t s still not: $*"
-	return 1
-}
-
 setup() {
 	mount -t configfs none $CFS 2>/dev/null
 	modprobe null_blk && modprobe rnbd-server && modprobe rnbd-client || return 1
-	mkdir $CFS/nullb/nullb2 && echo 64 >$CFS/nullb/nullb2/size &&
-		echo 1 >$CFS/nullb/nullb2/memory_backed && echo 1 >$CFS/nullb/nullb2/power &&
-		wait_until 5 test -b /dev/nullb2
+	nullb_add nullb2
 }
 
 # Best effort: a map left by a failed cycle goes first.

@@ -24,25 +24,6 @@ P=$S/$TP/tpg_1
 . /ktap.sh
 . /rdma.sh
 
-# Waits at most $1 s for the command "$2..." to succeed.
-wait_until() {
-	t=$1
-	shift
-	for _ in $(seq $((t * 10))); do
-		"$@" && return 0
-		sleep 0.1
-	done
-	echo "after $t s still not: $*"
-	return 1
-}
-
-# A second null_blk disk, of its own: iblock opens it exclusively.
-nullb_add() { # nullb_add NAME
-	mkdir $CFS/nullb/$1 && echo 64 >$CFS/nullb/$1/size &&
-		echo 1 >$CFS/nullb/$1/memory_backed && echo 1 >$CFS/nullb/$1/power &&
-		wait_until 5 test -b /dev/$1
-}
-
 setup() {
 	mount -t configfs none $CFS 2>/dev/null
 	modprobe null_blk && modprobe target_core_iblock && modprobe ib_srpt &&
