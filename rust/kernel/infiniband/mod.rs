@@ -36,5 +36,5 @@ pub use device::{Device, DeviceName, DeviceRef, GidAttr};
 pub use marker::{DrainMarker, STUCK_REPORT_SECS};
 pub use owned_qp::{Mtu, OwnedQp, QpConfig, RcParams};
 pub use pd::Pd;
-pub use qp::{Qp, RecvQueue, SendQueue, WorkQueue};
+pub use qp::{Qp, QpState, RecvQueue, SendQueue, WorkQueue};
 pub use srq::OwnedSrq;

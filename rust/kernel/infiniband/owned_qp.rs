@@ -5,7 +5,7 @@
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
 use super::{
-    slots::WrSlots, srq::SrqOwner, CompletionHandler, GidAttr, OwnedCq, OwnedSrq, Pd, Qp,
+    slots::WrSlots, srq::SrqOwner, CompletionHandler, GidAttr, OwnedCq, OwnedSrq, Pd, Qp, QpState,
     RecvQueue, SendQueue,
 };
 use crate::{
@@ -459,9 +459,13 @@ impl OwnedQp {
             | bindings::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS;
         // SAFETY: The QP and `attr` are valid, `&mut self` excludes concurrent
         // state changes through this handle.
-        to_result(unsafe { bindings::ib_modify_qp(self.as_raw(), &mut attr, mask as i32) })?;
-        self.in_reset = false;
-        Ok(())
+        let ret =
+            to_result(unsafe { bindings::ib_modify_qp(self.as_raw(), &mut attr, mask as i32) });
+        // On failure, ask: the provider may have moved the QP out of RESET on
+        // its own (rxe: a late error from its send task), and then `reset()`
+        // must not skip it.
+        self.in_reset = ret.is_err() && matches!(self.state(), Ok(QpState::Reset));
+        ret
     }
 
     /// Connects the QP, in INIT, to the QP numbered `remote_qpn` that is

@@ -9,6 +9,40 @@
 use super::{marker::Drained, slots::WrSlots, CompletionHandler, Cq, Cqe, Device, DrainMarker};
 use crate::{bindings, error::to_result, prelude::*, time::Jiffies, types::Opaque};
 
+/// A queue pair's state (`enum ib_qp_state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpState {
+    /// `IB_QPS_RESET`: new or reset; nothing can be posted.
+    Reset,
+    /// `IB_QPS_INIT`: receives can be posted.
+    Init,
+    /// `IB_QPS_RTR`: ready to receive.
+    Rtr,
+    /// `IB_QPS_RTS`: ready to send.
+    Rts,
+    /// `IB_QPS_SQD`: the send queue is drained or draining.
+    Sqd,
+    /// `IB_QPS_SQE`: a send queue error (unreliable types only).
+    Sqe,
+    /// `IB_QPS_ERR`: every work request is flushed.
+    Err,
+}
+
+impl QpState {
+    fn from_raw(state: bindings::ib_qp_state) -> Result<Self> {
+        Ok(match state {
+            bindings::ib_qp_state_IB_QPS_RESET => Self::Reset,
+            bindings::ib_qp_state_IB_QPS_INIT => Self::Init,
+            bindings::ib_qp_state_IB_QPS_RTR => Self::Rtr,
+            bindings::ib_qp_state_IB_QPS_RTS => Self::Rts,
+            bindings::ib_qp_state_IB_QPS_SQD => Self::Sqd,
+            bindings::ib_qp_state_IB_QPS_SQE => Self::Sqe,
+            bindings::ib_qp_state_IB_QPS_ERR => Self::Err,
+            _ => return Err(EINVAL),
+        })
+    }
+}
+
 /// A view of a queue pair (`struct ib_qp`).
 ///
 /// # Examples
@@ -83,6 +117,24 @@ impl Qp {
     pub fn has_srq(&self) -> bool {
         // SAFETY: By the type invariant the QP is valid.
         !unsafe { (*self.as_raw()).srq }.is_null()
+    }
+
+    /// Returns the QP's state as its provider reports it (`ib_query_qp()`).
+    /// A provider moves a QP on its own too: to ERR on an error it detects.
+    #[inline]
+    pub fn state(&self) -> Result<QpState> {
+        let mut attr = bindings::ib_qp_attr::default();
+        let mut init_attr = bindings::ib_qp_init_attr::default();
+        // SAFETY: The QP is valid; `attr` and `init_attr` are valid for writes.
+        to_result(unsafe {
+            bindings::ib_query_qp(
+                self.as_raw(),
+                &mut attr,
+                bindings::ib_qp_attr_mask_IB_QP_STATE as i32,
+                &mut init_attr,
+            )
+        })?;
+        QpState::from_raw(attr.qp_state)
     }
 
     /// Moves the QP to the error state: the provider then flushes every
