@@ -10,14 +10,6 @@ shift 2
 build=$CACHE/build-$flavour
 timeout_s=${BOOT_TIMEOUT:-300}
 
-# High-resolution timers need a one-shot clock event device that keeps
-# running in idle (ARAT) and a clocksource valid for them (TSC). Under TCG
-# the guest's TSC calibration against the PIT sometimes fails and leaves it
-# on jiffies, so tell it the TSC rate (the host's: TCG's guest TSC is the
-# host's) and skip the watchdog.
-tsc=""
-khz=$(awk -F: '/^cpu MHz/ { printf "%d", $2 * 1000; exit }' /proc/cpuinfo 2>/dev/null || true)
-[ -n "$khz" ] && tsc="tsc_early_khz=$khz tsc=reliable"
 
 step "boot: $flavour kernel (console: $log)"
 rc=0
@@ -25,7 +17,7 @@ timeout --foreground -k 10 "$timeout_s" qemu-system-x86_64 \
 	-machine q35 -cpu max,+arat -smp "$GUEST_CPUS" -m 2G \
 	-kernel "$build/arch/x86/boot/bzImage" \
 	-initrd "$build/initramfs.cpio.gz" \
-	-append "$tsc console=ttyS0 panic=-1 oops=panic rdinit=/init loglevel=7 $*" \
+	-append "$(tsc_args) console=ttyS0 panic=-1 oops=panic rdinit=/init loglevel=7 $*" \
 	-display none -monitor none -serial "file:$log" \
 	-nic none -no-reboot </dev/null || rc=$?
 if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then

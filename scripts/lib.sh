@@ -77,6 +77,18 @@ overlay_hash() { # overlay_hash [DIR]: of the project's overlay, or of DIR
 		LC_ALL=C sort | xargs sha256sum) | sha256sum | cut -c1-16
 }
 
+# tsc_args: kernel arguments for a TCG guest's clock. High-resolution
+# timers need a one-shot clock event device that keeps running in idle
+# (ARAT, on QEMU's -cpu) and a clocksource valid for them (TSC). Under TCG
+# the guest's TSC calibration against the PIT sometimes fails and leaves it
+# on jiffies, so tell it the TSC rate (the host's: TCG's guest TSC is the
+# host's) and skip the watchdog.
+tsc_args() {
+	local khz
+	khz=$(awk -F: '/^cpu MHz/ { printf "%d", $2 * 1000; exit }' /proc/cpuinfo 2>/dev/null || true)
+	[ -z "$khz" ] || echo "tsc_early_khz=$khz tsc=reliable"
+}
+
 # vcpus_up LOG: the kernel whose console is LOG brought up all GUEST_CPUS
 # vCPUs. Prints what it found; non-zero if it found fewer.
 vcpus_up() {
