@@ -4,6 +4,9 @@
 #   make test    everything `make` builds, then every test suite; ends with
 #                'N passed, N failed'
 #   make test-debug  the same suites on a KASAN/lockdep/kmemleak kernel
+#   make test-2host  two VMs on a virtual wire, nvme-rdma: the target killed,
+#                the link cut, a delete with the target unreachable
+#                (FLAVOUR=debug, ROUNDS=N)
 #   make bench   Rust vs C drain latency on rxe (out/bench/: CSV, table, plot)
 #   make kunit   the unit suites through the tree's own kunit.py
 #   make lint    rustfmt, clippy (CLIPPY=1) and checkpatch.pl on the change
@@ -18,7 +21,7 @@ SHELL := /bin/bash
 CACHE ?= $(or $(RDMA_RUST_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/rdma-rust-drain)
 export RDMA_RUST_CACHE := $(CACHE)
 
-.PHONY: all demo test test-debug build bench kunit patches patches-check mutants lint clean
+.PHONY: all demo test test-debug test-2host build bench kunit patches patches-check mutants lint clean
 
 all: demo
 
@@ -45,6 +48,11 @@ test-debug:
 	@scripts/initramfs.sh debug
 	@BOOT_TIMEOUT=$${BOOT_TIMEOUT:-3000} KERNEL_ARGS="kunit.filter_glob=rdma_drain* rust_drain_stress_cycles=$${STRESS_CYCLES:-100} rust_drain_nvme_cycles=$${NVME_CYCLES:-30} rust_drain_ulp_cycles=$${ULP_CYCLES:-3}" \
 		scripts/run-tests.sh debug test
+
+test-2host:
+	@scripts/build.sh $${FLAVOUR:-test}
+	@scripts/initramfs.sh $${FLAVOUR:-test}
+	@scripts/test-2host.sh $${FLAVOUR:-test} $${ROUNDS:-10}
 
 bench:
 	@scripts/bench.sh

@@ -53,6 +53,8 @@ CATEGORIES = [
                "rdma_device_hold"]),
     ("in-tree ULPs", ["nfs_rdma_rxe", "nfs_rdma_server_restart", "nfs_rdma_rxe_removal",
                       "srp_rxe", "rnbd_rxe", "iser_rxe"]),
+    ("two hosts", ["twohost_initiator", "twohost_target_killed", "twohost_link_cut",
+                   "twohost_delete_unreachable", "twohost_target"]),
     ("benchmark smoke", ["rdma_drain_bench_smoke"]),
     ("host checks", ["host_checks"]),
 ]
