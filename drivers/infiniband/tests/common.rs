@@ -110,11 +110,27 @@ pub(crate) fn reconnect_pair(
                     tries += 1;
                     *late_errors += 1;
                 }
-                r => break r?,
+                Err(e) => {
+                    pr_err!(
+                        "QP {:#x}: INIT after reset: {e:?}, the QP reads {:?}\n",
+                        qp.qp_num(),
+                        qp.state()
+                    );
+                    return Err(e);
+                }
+                Ok(()) => break,
             }
         }
     }
-    connect_inited(a, b, gid)
+    connect_inited(a, b, gid).inspect_err(|e| {
+        pr_err!(
+            "QPs {:#x}, {:#x}: connecting again: {e:?}, they read {:?}, {:?}\n",
+            a.qp_num(),
+            b.qp_num(),
+            a.state(),
+            b.state()
+        )
+    })
 }
 
 /// Polls `done()` every millisecond for at most `limit_ms`; returns its last
