@@ -5,8 +5,9 @@
 # by a QEMU datagram link over two Unix sockets in a private directory, so
 # the pair reaches nothing else (-nic none otherwise). The initiator runs
 # scripts/guest/twohost.sh and asks for each fault on its console; this
-# script does it: SIGKILL of the target's QEMU and a fresh boot, or the
-# target's NIC link off and on through its QEMU monitor. Results: the
+# script does it: SIGKILL of the target's QEMU and a fresh boot, the
+# target's NIC link off and on through its QEMU monitor, or the wire cut
+# (both sockets renamed away) and restored. Results: the
 # initiator's suites, each target boot's console clean, 'N passed, N failed'.
 # panic_on_warn=1 as in make test; KUnit off: the suites at boot are make
 # test's, and they would only slow each boot.
@@ -75,6 +76,10 @@ act() {
 	boot-target) boot_target ;;
 	link-off) monitor "set_link nic0 off" ;;
 	link-on) monitor "set_link nic0 on" ;;
+	# Each QEMU sends to the other's socket by name: without the names,
+	# its packets are dropped, and no NIC sees a carrier change.
+	wire-off) mv "$dir/target.sock" "$dir/target.cut" && mv "$dir/initiator.sock" "$dir/initiator.cut" ;;
+	wire-on) mv "$dir/target.cut" "$dir/target.sock" && mv "$dir/initiator.cut" "$dir/initiator.sock" ;;
 	*) echo "2host: unknown request '$1'" >&2; return 1 ;;
 	esac
 }

@@ -8,8 +8,10 @@
 # The host (scripts/test-2host.sh) makes the faults: the initiator prints
 # "rust-drain: 2host: request ACTION #SEQ" (again every 5 s until it sees
 # the effect: a console line can be cut by a printk) and the host does it
-# once per SEQ: kill-target, boot-target, link-off, link-on (the target's
-# NIC, through its QEMU monitor).
+# once per SEQ: kill-target, boot-target, link-off and link-on (the
+# target's NIC, through its QEMU monitor: the target sees its carrier go),
+# wire-off and wire-on (both ends' sockets renamed away and back: packets
+# are dropped between the NICs, and neither end sees a carrier change).
 
 ROLE=$1
 ROUNDS=${2:-10}
@@ -23,9 +25,9 @@ CFG=/sys/kernel/config/nvmet
 # that no writer sleeps in D state past the hung-task timeout (20 s) while
 # the target reboots. I/O commands time out after 10 s too (below).
 OPTS=keep_alive_tmo=10,reconnect_delay=1,ctrl_loss_tmo=600,fast_io_fail_tmo=2
-# Outages: SHORT (the host's off-sleep-on, plus up to ~2 s until the
-# initiator sees it) stays well inside both 10 s timeouts, LONG outlasts
-# them and several reconnect attempts.
+# Outages: SHORT (plus up to ~2 s until the initiator sees the wire cut)
+# stays well inside both 10 s timeouts, LONG outlasts them and several
+# reconnect attempts.
 SHORT=1
 LONG=25
 # The namespace's identifiers, the same on every boot of the target: with
@@ -178,7 +180,7 @@ restore() {
 	[ -f /tmp/io_pid ] && kill "$(cat /tmp/io_pid)" 2>/dev/null
 	rm -f /tmp/io_pid
 	if [ -f /tmp/link_off ]; then
-		request link-on
+		request "$(cat /tmp/link_off)-on"
 		rm -f /tmp/link_off
 	fi
 	if [ -f /tmp/target_dead ]; then
@@ -226,17 +228,19 @@ target_killed() {
 	drained "$want" $RECOVERY
 }
 
-# (b) The link is cut for less than the keep-alive timeout: nothing is torn
-# down, nothing drains, and the data written before reads back.
+# (b) The wire is cut for less than the keep-alive timeout: nothing is torn
+# down, nothing drains, and the data written before reads back. (Not the
+# NIC's link: rxe fails a send on a NIC without carrier, and the target's
+# QPs go to the error state at once, however short the outage.)
 link_cut_short() {
 	clear_trace
 	write_at "$(($1 * 64))" || return 1
 	io_start
-	request link-off
-	touch /tmp/link_off
+	request wire-off
+	echo wire >/tmp/link_off
 	effect 30 unreachable || return 1
 	sleep $SHORT
-	request link-on
+	request wire-on
 	rm /tmp/link_off
 	effect 60 reachable || return 1
 	io_stop || return 1
@@ -250,16 +254,17 @@ link_cut_short() {
 	[ "$n" = 0 ]
 }
 
-# (b) ... and for longer: error recovery drains, the reconnect attempts fail
-# until the link is back, then the controller reconnects by itself and
-# everything written before the cut reads back (the target lived on).
+# (b) ... and the target's NIC link down for longer: error recovery drains,
+# the reconnect attempts fail until the link is back, then the controller
+# reconnects by itself and everything written before the cut reads back
+# (the target lived on).
 link_cut_long() {
 	clear_trace
 	want=$(events_per_ctrl) || return 1
 	write_at "$(($1 * 64))" || return 1
 	io_start
 	request link-off
-	touch /tmp/link_off
+	echo link >/tmp/link_off
 	effect 30 unreachable || return 1
 	effect 60 not_live || { echo "controller still live after 60 s without a link"; return 1; }
 	sleep $LONG
@@ -287,8 +292,8 @@ delete_unreachable() {
 	clear_trace
 	want=$(events_per_ctrl) || return 1
 	io_start
-	request link-off
-	touch /tmp/link_off
+	request wire-off
+	echo wire >/tmp/link_off
 	effect 30 unreachable || return 1
 	delete_ctrl || return 1
 	io_stop || return 1
@@ -298,7 +303,7 @@ delete_unreachable() {
 	echo 1 >$TRACE/tracing_on
 	echo "$by_delete drain events in the delete, $by_timeout in command timeouts, want $want in all"
 	[ $((by_delete + by_timeout)) -ge "$want" ] || return 1
-	request link-on
+	request wire-on
 	rm /tmp/link_off
 	effect 60 reachable || return 1
 	bounded 120 connect || { echo "no new controller after the link came back"; return 1; }
@@ -342,8 +347,8 @@ ktap_end twohost_target_killed
 console_settle
 
 ktap_begin twohost_link_cut
-check "link_cut_${SHORT}s_${ROUNDS}_times" rounds link_cut_short
-check "link_cut_${LONG}s_${ROUNDS}_times" rounds link_cut_long
+check "wire_cut_${SHORT}s_${ROUNDS}_times" rounds link_cut_short
+check "nic_link_down_${LONG}s_${ROUNDS}_times" rounds link_cut_long
 ktap_end twohost_link_cut
 console_settle
 
