@@ -7,19 +7,12 @@
 
 flavour=${1:-test} log=$2
 shift 2
-build=$CACHE/build-$flavour
 timeout_s=${BOOT_TIMEOUT:-300}
-
 
 step "boot: $flavour kernel (console: $log)"
 rc=0
-timeout --foreground -k 10 "$timeout_s" qemu-system-x86_64 \
-	-machine q35 -cpu max,+arat -smp "$GUEST_CPUS" -m 2G \
-	-kernel "$build/arch/x86/boot/bzImage" \
-	-initrd "$build/initramfs.cpio.gz" \
-	-append "$(tsc_args) console=ttyS0 panic=-1 oops=panic rdinit=/init loglevel=7 $*" \
-	-display none -monitor none -serial "file:$log" \
-	-nic none -no-reboot </dev/null || rc=$?
+guest_qemu "$flavour" "$log" "$@"
+timeout --foreground -k 10 "$timeout_s" "${QEMU[@]}" -monitor none -nic none </dev/null || rc=$?
 if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
 	echo "boot: TIMEOUT after ${timeout_s}s" >>"$log"
 	die boot "$log" "QEMU did not power off within ${timeout_s}s"

@@ -89,6 +89,18 @@ tsc_args() {
 	[ -z "$khz" ] || echo "tsc_early_khz=$khz tsc=reliable"
 }
 
+# guest_qemu FLAVOUR LOG KERNEL-ARGS...: sets QEMU to the command line
+# that every test VM shares: the FLAVOUR kernel and initramfs under TCG on
+# GUEST_CPUS vCPUs, the console to LOG; the caller adds its devices.
+guest_qemu() {
+	local build=$CACHE/build-$1 log=$2
+	shift 2
+	QEMU=(qemu-system-x86_64 -machine q35 -cpu max,+arat -smp "$GUEST_CPUS" -m 2G
+		-kernel "$build/arch/x86/boot/bzImage" -initrd "$build/initramfs.cpio.gz"
+		-append "$(tsc_args) console=ttyS0 panic=-1 oops=panic rdinit=/init loglevel=7 $*"
+		-display none -serial "file:$log" -no-reboot)
+}
+
 # vcpus_up LOG: the kernel whose console is LOG brought up all GUEST_CPUS
 # vCPUs. Prints what it found; non-zero if it found fewer.
 vcpus_up() {

@@ -15,7 +15,6 @@
 
 flavour=${1:-test}
 rounds=${2:-10}
-build=$CACHE/build-$flavour
 # The debug kernel boots and recovers several times slower.
 timeout_s=${BOOT_TIMEOUT:-$([ "$flavour" = debug ] && echo 7200 || echo 3600)}
 ilog=$CACHE/logs/2host-$flavour-initiator.log
@@ -33,15 +32,11 @@ trap cleanup EXIT
 
 # qemu ROLE MAC SOCK PEER LOG: one VM of the pair, in the background.
 qemu() {
-	qemu-system-x86_64 \
-		-machine q35 -cpu max,+arat -smp "$GUEST_CPUS" -m 2G \
-		-kernel "$build/arch/x86/boot/bzImage" -initrd "$build/initramfs.cpio.gz" \
-		-append "$(tsc_args) console=ttyS0 panic=-1 oops=panic rdinit=/init loglevel=7 panic_on_warn=1 kunit.enable=0 rust_drain_2host=$1 rust_drain_2host_rounds=$rounds" \
-		-nic none \
+	guest_qemu "$flavour" "$5" panic_on_warn=1 kunit.enable=0 rust_drain_2host="$1" rust_drain_2host_rounds="$rounds"
+	"${QEMU[@]}" -nic none \
 		-netdev "dgram,id=n0,local.type=unix,local.path=$dir/$3,remote.type=unix,remote.path=$dir/$4" \
 		-device "virtio-net-pci,netdev=n0,id=nic0,mac=$2" \
-		-monitor "unix:$dir/$1.mon,server=on,wait=off" \
-		-display none -serial "file:$5" -no-reboot </dev/null &
+		-monitor "unix:$dir/$1.mon,server=on,wait=off" </dev/null &
 }
 
 boot_target() {
