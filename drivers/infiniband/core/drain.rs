@@ -35,9 +35,12 @@ use pin_init::stack_pin_init;
 /// Prefix of this object's messages (it is part of ib_core, not a module of its own).
 const __LOG_PREFIX: &[u8] = b"ib_core\0";
 
-/// Back-off bounds for polling an `IB_POLL_DIRECT` CQ.
-const DIRECT_POLL_MIN_US: i64 = 16;
-const DIRECT_POLL_MAX_US: i64 = 16_384;
+/// The sleep between polls of a direct CQ, until [`DIRECT_SHORT_SLEEPS`]
+/// after the post: a flush that waited for a worker to wake up lands then...
+const DIRECT_SLEEP_MIN_US: i64 = 16;
+const DIRECT_SHORT_SLEEPS: Delta = Delta::from_millis(5);
+/// ... and then twice as long each time, up to this (C sleeps 100 ms).
+const DIRECT_SLEEP_MAX_US: i64 = 16_384;
 
 /// Blocks until all receive completions of `qp` have been consumed.
 ///
@@ -128,30 +131,49 @@ fn drain_generic<'a, Q: WorkQueue<'a>>(q: &mut Q) {
     // From here on the provider points at `marker`: never return before it
     // completed (`DrainMarker`'s drop would wait too).
     if cq.poll_context() == Some(PollContext::Direct) {
-        // Nobody else reaps a direct CQ: poll it ourselves soon after the
-        // provider flushes, instead of sleeping in 100 ms slices like C. We
-        // sleep rather than spin between polls: the flush may be work that
-        // waits for this very CPU.
-        let mut backoff_us = DIRECT_POLL_MIN_US;
-        let (mut since_report_us, mut waited_s) = (0, 0);
-        loop {
-            // SAFETY: A direct CQ from ib_alloc_cq() (checked above): its
-            // completions are ours to reap, here.
-            unsafe { q.poll_cq() };
-            if marker.is_done() {
-                return;
-            }
-            fsleep(Delta::from_micros(backoff_us));
-            since_report_us += backoff_us;
-            backoff_us = (backoff_us * 2).min(DIRECT_POLL_MAX_US);
-            if since_report_us >= i64::from(STUCK_REPORT_SECS) * 1_000_000 {
-                since_report_us = 0;
-                waited_s += STUCK_REPORT_SECS;
-                marker.report_waiting(waited_s);
-            }
-        }
+        // SAFETY: A direct CQ from ib_alloc_cq() (checked above): its
+        // completions are ours to reap, here.
+        unsafe { reap_direct(q, &marker) };
+        return;
     }
     marker.as_ref().wait();
+}
+
+/// Reaps a direct CQ until `marker`, posted on `q`, is done: nobody else
+/// reaps a direct CQ. Never returns before that.
+///
+/// The provider's flush usually lands within a few hundred microseconds of
+/// the post, so the CQ is polled at once, then after sleeps of
+/// [`DIRECT_SLEEP_MIN_US`] for [`DIRECT_SHORT_SLEEPS`], then with back-off,
+/// instead of in 100 ms slices like C. It sleeps rather than spins: the flush
+/// may wait for this very CPU. The watchdog cannot see this wait: it reports
+/// itself.
+///
+/// # Safety
+///
+/// `q`'s CQ must be a direct CQ from `ib_alloc_cq()`, whose completions the
+/// caller may reap here.
+unsafe fn reap_direct<'a, Q: WorkQueue<'a>>(q: &mut Q, marker: &DrainMarker) {
+    let start = Instant::<Monotonic>::now();
+    let mut sleep_us = DIRECT_SLEEP_MIN_US;
+    let mut reported_s = 0;
+    loop {
+        // SAFETY: The caller guarantees that the CQ may be reaped here.
+        unsafe { q.poll_cq() };
+        if marker.is_done() {
+            return;
+        }
+        fsleep(Delta::from_micros(sleep_us));
+        let waited = start.elapsed();
+        if waited >= DIRECT_SHORT_SLEEPS {
+            sleep_us = (sleep_us * 2).min(DIRECT_SLEEP_MAX_US);
+        }
+        let waited_s = waited.as_millis() / 1000;
+        if waited_s >= reported_s + i64::from(STUCK_REPORT_SECS) {
+            reported_s = waited_s - waited_s % i64::from(STUCK_REPORT_SECS);
+            marker.report_waiting(u32::try_from(waited_s).unwrap_or(u32::MAX));
+        }
+    }
 }
 
 /// Why a drain could not start. Each reason WARNs once, as the C drain's

@@ -14,7 +14,9 @@
 //! during a drain does not compile.
 
 use core::ptr::null_mut;
-use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, Ordering::SeqCst};
+use core::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, Ordering::SeqCst,
+};
 use kernel::{bindings, error::to_result, kunit, prelude::*};
 
 /// Prefix of this object's messages (it is part of ib_core).
@@ -44,6 +46,12 @@ struct Fake {
     first_poll_seq: AtomicU32,
     /// Return the marker's completion from this poll on (0: never).
     complete_on_poll: AtomicU32,
+    /// ... and not before this many ms after the first poll.
+    complete_after_ms: AtomicU32,
+    /// `ktime_get()` at the first poll.
+    first_poll_ns: AtomicI64,
+    /// Polls more than 3 ms after the first.
+    late_polls: AtomicU32,
     drain_rq_calls: AtomicU32,
     drain_sq_calls: AtomicU32,
     trace_hits: AtomicU32,
@@ -69,6 +77,9 @@ static FAKE: Fake = Fake {
     polls: AtomicU32::new(0),
     first_poll_seq: AtomicU32::new(0),
     complete_on_poll: AtomicU32::new(0),
+    complete_after_ms: AtomicU32::new(0),
+    first_poll_ns: AtomicI64::new(0),
+    late_polls: AtomicU32::new(0),
     drain_rq_calls: AtomicU32::new(0),
     drain_sq_calls: AtomicU32::new(0),
     trace_hits: AtomicU32::new(0),
@@ -89,6 +100,8 @@ impl Fake {
             &self.polls,
             &self.first_poll_seq,
             &self.complete_on_poll,
+            &self.complete_after_ms,
+            &self.late_polls,
             &self.drain_rq_calls,
             &self.drain_sq_calls,
             &self.trace_hits,
@@ -103,6 +116,7 @@ impl Fake {
         self.posted_cqe.store(null_mut(), SeqCst);
         self.complete_on_post.store(true, SeqCst);
         self.trace_cq.store(null_mut(), SeqCst);
+        self.first_poll_ns.store(0, SeqCst);
     }
 
     fn tick(&self) -> u32 {
@@ -214,7 +228,8 @@ unsafe extern "C" fn fake_post_send(
     }
 }
 
-/// The fake `ops.poll_cq`: returns the marker from poll `FAKE.complete_on_poll` on.
+/// The fake `ops.poll_cq`: returns the marker from poll `FAKE.complete_on_poll`
+/// on, and not before `FAKE.complete_after_ms` since the first poll.
 ///
 /// # Safety
 ///
@@ -225,12 +240,20 @@ unsafe extern "C" fn fake_poll_cq(
     wc: *mut bindings::ib_wc,
 ) -> i32 {
     let n = FAKE.polls.fetch_add(1, SeqCst) + 1;
+    // SAFETY: Reads the clock; no preconditions.
+    let now = unsafe { bindings::ktime_get() };
     if n == 1 {
         FAKE.first_poll_seq.store(FAKE.tick(), SeqCst);
+        FAKE.first_poll_ns.store(now, SeqCst);
+    }
+    let first = FAKE.first_poll_ns.load(SeqCst);
+    if now - first > 3_000_000 {
+        FAKE.late_polls.fetch_add(1, SeqCst);
     }
     let at = FAKE.complete_on_poll.load(SeqCst);
+    let not_before = first + i64::from(FAKE.complete_after_ms.load(SeqCst)) * 1_000_000;
     let cqe = FAKE.posted_cqe.swap(null_mut(), SeqCst);
-    if at == 0 || n < at || cqe.is_null() || num_entries < 1 {
+    if at == 0 || n < at || now < not_before || cqe.is_null() || num_entries < 1 {
         if !cqe.is_null() {
             FAKE.posted_cqe.store(cqe, SeqCst);
         }
@@ -679,13 +702,19 @@ mod fault_tests {
     fn stuck_drain_warns_and_keeps_waiting() -> Result {
         let mut s = Setup::new(DIRECT)?;
         FAKE.complete_on_post.store(false, SeqCst);
-        // Back-off 16 us doubling to 16 ms: poll 400 comes after ~6 s.
-        FAKE.complete_on_poll.store(400, SeqCst);
+        FAKE.complete_on_poll.store(1, SeqCst);
+        FAKE.complete_after_ms.store(6_000, SeqCst);
         let qp = s.qp();
         // SAFETY: A valid fake QP; nothing else posts or polls.
         let warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
         assert_eq!(warns, Some(0));
-        assert_eq!(FAKE.polls.load(SeqCst), 400);
+        // It slept between polls: 16 us at a time for 5 ms, then longer up
+        // to 16 ms (msleep(17): 18-24 ms, HZ 1000-250): ~250-500 polls after
+        // the first 3 ms. Sleeps of C's 100 ms would make 60, a drain that
+        // never slept millions.
+        let late = FAKE.late_polls.load(SeqCst);
+        pr_info!("stuck direct drain: {late} polls after its first 3 ms\n");
+        assert!((80..=1_000).contains(&late));
         assert!(FAKE.posted_cqe.load(SeqCst).is_null());
         Ok(())
     }
