@@ -9,10 +9,13 @@
 //! floor (softirq CQ) serves all four contexts.
 //!
 //! For each poll context and depth, identical fresh QPs with `n` receives
-//! posted are drained, alternating Rust and C (the order flips every
-//! sample), after a discarded warm-up. Each sample is printed as a line
-//! `rdma_drain_bench: sample,<ctx>,<n>,<impl>,<i>,<ns>` for the host to
-//! collect (scripts/bench-report.py).
+//! posted are drained by Rust, by C and by C again (`c2`: C against itself
+//! shows how far two identical drains differ here), in every order in turn
+//! (see [`order`]), then the floor is taken; all after a discarded warm-up. The
+//! direct context has no `c2`: C sleeps 100 ms there, and Rust is judged
+//! against the floor, with which it alternates. Each sample is printed as a line
+//! `rdma_drain_bench: sample,<ctx>,<n>,<impl>,<i>,<ns>,<position in the
+//! sample>` for the host to collect (scripts/bench-report.py).
 
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::infiniband::{
@@ -31,8 +34,12 @@ module! {
     license: "GPL",
     params: {
         samples: u32 {
-            default: 200,
-            description: "Measured samples per implementation, context and depth",
+            default: 420,
+            description: "Measured samples per implementation, context and depth (a multiple of 6)",
+        },
+        direct_only: bool {
+            default: false,
+            description: "Only the direct context, Rust and the floor (make bench-profile)",
         },
     },
 }
@@ -50,6 +57,8 @@ const WARMUP: u32 = 5;
 enum Impl {
     Rust,
     C,
+    /// The C drain again, as a second arm.
+    C2,
     Floor,
 }
 
@@ -58,6 +67,7 @@ impl Impl {
         match self {
             Impl::Rust => "rust",
             Impl::C => "c",
+            Impl::C2 => "c2",
             Impl::Floor => "floor",
         }
     }
@@ -123,9 +133,9 @@ fn one(dev: &DeviceRef, ctx: PollContext, n: u32, imp: Impl) -> Result<i64> {
     match imp {
         Impl::Rust => qp.drain_rq(),
         #[cfg(CONFIG_INFINIBAND_DRAIN_C_REFERENCE)]
-        Impl::C => drain_rq_c(&mut qp),
+        Impl::C | Impl::C2 => drain_rq_c(&mut qp),
         #[cfg(not(CONFIG_INFINIBAND_DRAIN_C_REFERENCE))]
-        Impl::C => return Err(ENOTSUPP),
+        Impl::C | Impl::C2 => return Err(ENOTSUPP),
         Impl::Floor => {
             qp.set_error_state()?;
             if n > 0 && !all.wait_for_completion_timeout(msecs_to_jiffies(10_000)) {
@@ -146,24 +156,61 @@ fn one(dev: &DeviceRef, ctx: PollContext, n: u32, imp: Impl) -> Result<i64> {
     Ok(ns)
 }
 
-fn run(samples: u32) -> Result {
+/// The arms of sample `i`, in the order they run. Rust, C and C2 go through
+/// every order in turn (a Williams design: each runs at each position, and
+/// after each other one, equally often), then the floor. In the direct
+/// context Rust and the floor alternate, as they are compared there, and C
+/// comes last (it sleeps 100 ms, after which the guest is idle).
+fn order(ctx: PollContext, i: u32, direct_only: bool) -> impl Iterator<Item = Impl> {
+    const ORDERS: [[Impl; 3]; 6] = {
+        use Impl::{Rust as R, C, C2};
+        [
+            [R, C, C2],
+            [C, C2, R],
+            [C2, R, C],
+            [R, C2, C],
+            [C2, C, R],
+            [C, R, C2],
+        ]
+    };
+    // Without the C reference (the test kernel's smoke run), or when
+    // profiling: Rust and the floor only.
+    let with_c = cfg!(CONFIG_INFINIBAND_DRAIN_C_REFERENCE) && !direct_only;
+    let sample = i as usize;
+    let mut arms = [Impl::Floor; 4];
+    let len = if with_c && ctx != PollContext::Direct {
+        arms[..3].copy_from_slice(&ORDERS[sample % 6]);
+        4
+    } else {
+        if sample % 2 == 0 {
+            arms[0] = Impl::Rust;
+        } else {
+            arms[1] = Impl::Rust;
+        }
+        arms[2] = Impl::C;
+        if with_c {
+            3
+        } else {
+            2
+        }
+    };
+    arms.into_iter().take(len)
+}
+
+fn run(samples: u32, direct_only: bool) -> Result {
     let dev = DeviceRef::get_by_netdev(c"dummy0")?;
     for ctx in CONTEXTS {
+        if direct_only && ctx != PollContext::Direct {
+            continue;
+        }
         for n in DEPTHS {
             let warmup = if samples > 1 { WARMUP } else { 0 };
             for i in 0..warmup + samples {
-                let order = if i % 2 == 0 {
-                    [Impl::Rust, Impl::C, Impl::Floor]
-                } else {
-                    [Impl::C, Impl::Rust, Impl::Floor]
-                };
-                // Without the C reference (the test kernel's smoke run):
-                // Rust and the floor only.
-                let with_c = cfg!(CONFIG_INFINIBAND_DRAIN_C_REFERENCE);
-                for imp in order.into_iter().filter(|&m| with_c || m != Impl::C) {
+                for (pos, imp) in order(ctx, i, direct_only).enumerate() {
                     let ns = one(&dev, ctx, n, imp)?;
                     if i >= warmup {
-                        pr_info!("sample,{:?},{n},{},{},{ns}\n", ctx, imp.name(), i - warmup);
+                        let name = imp.name();
+                        pr_info!("sample,{ctx:?},{n},{name},{},{ns},{pos}\n", i - warmup);
                     }
                 }
             }
@@ -177,8 +224,9 @@ struct DrainBench;
 impl kernel::Module for DrainBench {
     fn init(_module: &'static ThisModule) -> Result<Self> {
         let samples = module_parameters::samples.value();
+        let direct_only = module_parameters::direct_only.value();
         pr_info!("start,samples={samples}\n");
-        match run(samples) {
+        match run(samples, direct_only) {
             Ok(()) => pr_info!("end,ok\n"),
             Err(e) => pr_info!("end,error {}\n", e.to_errno()),
         }
