@@ -8,6 +8,7 @@
 #                the link cut, a delete with the target unreachable
 #                (FLAVOUR=debug, ROUNDS=N)
 #   make bench   Rust vs C drain latency on rxe (out/bench/: CSV, table, plot)
+#   make bench-profile  the direct-CQ drain step by step under ftrace
 #   make kunit   the unit suites through the tree's own kunit.py
 #   make lint    rustfmt, clippy (CLIPPY=1) and checkpatch.pl on the change
 #   make patches the whole change as a git format-patch series (out/patches/)
@@ -21,7 +22,7 @@ SHELL := /bin/bash
 CACHE ?= $(or $(RDMA_RUST_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/rdma-rust-drain)
 export RDMA_RUST_CACHE := $(CACHE)
 
-.PHONY: all demo test test-debug test-2host build bench kunit patches patches-check mutants lint clean
+.PHONY: all demo test test-debug test-2host build bench bench-profile kunit patches patches-check mutants lint clean
 
 all: demo
 
@@ -56,6 +57,9 @@ test-2host:
 
 bench:
 	@scripts/bench.sh
+
+bench-profile:
+	@scripts/bench-profile.sh
 
 kunit:
 	@scripts/kunit.sh
