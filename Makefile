@@ -59,7 +59,7 @@ bench:
 	@scripts/bench.sh
 
 bench-profile:
-	@scripts/bench-profile.sh
+	@PROFILE=1 scripts/bench.sh
 
 kunit:
 	@scripts/kunit.sh

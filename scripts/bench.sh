@@ -3,16 +3,28 @@
 # Build the bench kernel (test kernel + C reference drain), boot it once to
 # run rdma_drain_bench on rxe, and turn its console lines into
 # out/bench/{samples.csv,table.md,latency.png}. Timings never fail a test.
+# PROFILE=1 (make bench-profile): the direct-CQ drain alone, untraced and
+# then under ftrace (scripts/guest/profile.sh), into out/bench/profile.md.
 . "$(dirname "$0")/lib.sh"
 
-samples=${1:-${SAMPLES:-420}}
-flavour=bench
-"$TOP/scripts/build.sh" "$flavour"
-"$TOP/scripts/initramfs.sh" "$flavour"
-log=$CACHE/logs/console-$flavour.log
+"$TOP/scripts/build.sh" bench
+"$TOP/scripts/initramfs.sh" bench
+if [ "${PROFILE:-0}" = 1 ]; then
+	samples=${1:-${SAMPLES:-100}} log=$CACHE/logs/console-bench-profile.log
+	args="rust_drain_bench=$samples rust_drain_profile"
+else
+	samples=${1:-${SAMPLES:-420}} log=$CACHE/logs/console-bench.log
+	args="rust_drain_bench=$samples"
+fi
 rm -f "$log"
-BOOT_TIMEOUT=${BOOT_TIMEOUT:-3000} "$TOP/scripts/boot.sh" "$flavour" "$log" "rust_drain_bench=$samples"
+BOOT_TIMEOUT=${BOOT_TIMEOUT:-3000} "$TOP/scripts/boot.sh" bench "$log" "$args"
 vcpus_up "$log" || die bench "$log" "the guest did not bring up all its vCPUs"
 grep -q 'rdma_drain_bench: end,ok' "$log" ||
 	die bench "$log" "the benchmark did not finish"
-python3 "$TOP/scripts/bench-report.py" "$log" "$TOP/out/$flavour"
+if [ "${PROFILE:-0}" = 1 ]; then
+	grep -q 'rust-drain: profile: trace end' "$log" ||
+		die bench "$log" "the profile's trace did not reach the console"
+	python3 "$TOP/scripts/bench-profile.py" "$log" "$TOP/out/bench"
+else
+	python3 "$TOP/scripts/bench-report.py" "$log" "$TOP/out/bench"
+fi
