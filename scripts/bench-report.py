@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import sys
 
+START = re.compile(r"rdma_drain_bench: start,samples=(\d+)")
 LINE = re.compile(r"rdma_drain_bench: sample,(\w+),(\d+),(\w+),(\d+),(\d+)(?:,(\d+))?")
 
 
@@ -108,6 +109,14 @@ def main():
                 rows.append((ctx, n, imp, i, ns, pos))
     if not rows:
         sys.exit("bench-report: no samples in " + log)
+    # Every arm's samples once each, 0 to samples - 1: a line lost from the
+    # log buffer or printed twice would bias a cell silently.
+    m = START.search(open(log, errors="replace").read())
+    want = list(range(int(m.group(1)))) if m else None
+    bad = [k for k, v in data.items() if sorted(i for i, _ in v) != want]
+    if bad:
+        sys.exit(f"bench-report: {len(bad)} arms without exactly samples 0..{len(want or []) - 1} once each"
+                 f" (first: {bad[0]}) in {log}")
     with open(f"{out}/samples.csv", "w") as f:
         f.write("ctx,n,impl,sample,ns,position\n")
         for r in rows:

@@ -5,6 +5,8 @@
 # out/bench/{samples.csv,table.md,latency.png}. Timings never fail a test.
 # PROFILE=1 (make bench-profile): the direct-CQ drain alone, untraced and
 # then under ftrace (scripts/guest/profile.sh), into out/bench/profile.md.
+# BENCH_PARAMS="contexts=1 depths=7": more rdma_drain_bench parameters
+# (make bench only: the profile sets its own).
 . "$(dirname "$0")/lib.sh"
 
 "$TOP/scripts/build.sh" bench
@@ -15,6 +17,14 @@ if [ "${PROFILE:-0}" = 1 ]; then
 else
 	samples=${1:-${SAMPLES:-420}} log=$CACHE/logs/console-bench.log
 	args="rust_drain_bench=$samples"
+fi
+# The samples wait in the log buffer until the drains are done
+# (scripts/guest/rdma.sh): 25,200 lines by default, ~64 bytes each.
+args="$args log_buf_len=$(((samples + 419) / 420 * 8))M"
+if [ "${PROFILE:-0}" != 1 ]; then
+	for p in ${BENCH_PARAMS:-}; do
+		args="$args rdma_drain_bench.$p"
+	done
 fi
 rm -f "$log"
 BOOT_TIMEOUT=${BOOT_TIMEOUT:-3000} "$TOP/scripts/boot.sh" bench "$log" "$args"

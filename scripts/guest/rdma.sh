@@ -149,3 +149,24 @@ nullb_add() {
 		echo 1 >/sys/kernel/config/nullb/$1/memory_backed &&
 		echo 1 >/sys/kernel/config/nullb/$1/power && wait_until 5 test -b /dev/$1
 }
+
+# Runs rdma_drain_bench with "$@" and the kernel command line's
+# rdma_drain_bench.* parameters (bench.sh's BENCH_PARAMS). The module keeps
+# its samples until the drains are done and then prints them in a burst;
+# they stay off the kernel console (log level 5 meanwhile) and this prints
+# the whole log buffer from here instead, in one stream that nothing else
+# on the console cuts into (bench.sh boots with a log buffer big enough).
+bench_insmod() {
+	local ko params level rc
+	ko=$(find /lib/modules/*/updates -name rdma_drain_bench.ko)
+	params=$(tr ' ' '\n' </proc/cmdline | sed -n 's/^rdma_drain_bench\.//p')
+	level=$(cut -f1 /proc/sys/kernel/printk)
+	dmesg -c >/dev/null
+	echo 5 >/proc/sys/kernel/printk
+	# shellcheck disable=SC2086
+	insmod "$ko" "$@" $params
+	rc=$?
+	dmesg -c
+	echo "$level" >/proc/sys/kernel/printk
+	return $rc
+}

@@ -13,7 +13,9 @@
 //! shows how far two identical drains differ here), in every order in turn
 //! (see [`order`]), then the floor is taken; all after a discarded warm-up. The
 //! direct context has no `c2`: C sleeps 100 ms there, and Rust is judged
-//! against the floor, with which it alternates. Each sample is printed as a line
+//! against the floor, with which it alternates. The samples are kept until
+//! every drain is done (a line printed meanwhile would wake the console's
+//! printer thread beside the timed drains), then printed as lines
 //! `rdma_drain_bench: sample,<ctx>,<n>,<impl>,<i>,<ns>,<position in the
 //! sample>` for the host to collect (scripts/bench-report.py).
 
@@ -37,9 +39,13 @@ module! {
             default: 420,
             description: "Measured samples per implementation, context and depth (a multiple of 6)",
         },
-        direct_only: bool {
-            default: false,
-            description: "Only the direct context, Rust and the floor (make bench-profile)",
+        contexts: u32 {
+            default: 15,
+            description: "Poll contexts to run, a bit each: 1 direct, 2 softirq, 4 workqueue, 8 unbound",
+        },
+        depths: u32 {
+            default: 15,
+            description: "Depths to run, a bit each: 1 N=0, 2 N=1, 4 N=64, 8 N=1024",
         },
     },
 }
@@ -161,7 +167,7 @@ fn one(dev: &DeviceRef, ctx: PollContext, n: u32, imp: Impl) -> Result<i64> {
 /// after each other one, equally often), then the floor. In the direct
 /// context Rust and the floor alternate, as they are compared there, and C
 /// comes last (it sleeps 100 ms, after which the guest is idle).
-fn order(ctx: PollContext, i: u32, direct_only: bool) -> impl Iterator<Item = Impl> {
+fn order(ctx: PollContext, i: u32) -> impl Iterator<Item = Impl> {
     const ORDERS: [[Impl; 3]; 6] = {
         use Impl::{Rust as R, C, C2};
         [
@@ -173,9 +179,9 @@ fn order(ctx: PollContext, i: u32, direct_only: bool) -> impl Iterator<Item = Im
             [C, R, C2],
         ]
     };
-    // Without the C reference (the test kernel's smoke run), or when
-    // profiling: Rust and the floor only.
-    let with_c = cfg!(CONFIG_INFINIBAND_DRAIN_C_REFERENCE) && !direct_only;
+    // Without the C reference (the test kernel's smoke run): Rust and the
+    // floor only.
+    let with_c = cfg!(CONFIG_INFINIBAND_DRAIN_C_REFERENCE);
     let sample = i as usize;
     let mut arms = [Impl::Floor; 4];
     let len = if with_c && ctx != PollContext::Direct {
@@ -197,20 +203,45 @@ fn order(ctx: PollContext, i: u32, direct_only: bool) -> impl Iterator<Item = Im
     arms.into_iter().take(len)
 }
 
-fn run(samples: u32, direct_only: bool) -> Result {
+/// One timed drain.
+struct Sample {
+    ctx: PollContext,
+    n: u32,
+    imp: Impl,
+    i: u32,
+    ns: i64,
+    pos: usize,
+}
+
+/// Runs the selected cells, keeping each sample in `kept`, whose capacity
+/// the caller reserved: nothing is allocated or printed between drains.
+fn run(samples: u32, contexts: u32, depths: u32, kept: &mut KVec<Sample>) -> Result {
     let dev = DeviceRef::get_by_netdev(c"dummy0")?;
-    for ctx in CONTEXTS {
-        if direct_only && ctx != PollContext::Direct {
+    for (bit, ctx) in CONTEXTS.into_iter().enumerate() {
+        if contexts & (1 << bit) == 0 {
             continue;
         }
-        for n in DEPTHS {
+        for (bit, n) in DEPTHS.into_iter().enumerate() {
+            if depths & (1 << bit) == 0 {
+                continue;
+            }
             let warmup = if samples > 1 { WARMUP } else { 0 };
             for i in 0..warmup + samples {
-                for (pos, imp) in order(ctx, i, direct_only).enumerate() {
+                for (pos, imp) in order(ctx, i).enumerate() {
                     let ns = one(&dev, ctx, n, imp)?;
                     if i >= warmup {
-                        let name = imp.name();
-                        pr_info!("sample,{ctx:?},{n},{name},{},{ns},{pos}\n", i - warmup);
+                        let i = i - warmup;
+                        kept.push(
+                            Sample {
+                                ctx,
+                                n,
+                                imp,
+                                i,
+                                ns,
+                                pos,
+                            },
+                            GFP_KERNEL,
+                        )?;
                     }
                 }
             }
@@ -224,9 +255,28 @@ struct DrainBench;
 impl kernel::Module for DrainBench {
     fn init(_module: &'static ThisModule) -> Result<Self> {
         let samples = module_parameters::samples.value();
-        let direct_only = module_parameters::direct_only.value();
-        pr_info!("start,samples={samples}\n");
-        match run(samples, direct_only) {
+        let contexts = module_parameters::contexts.value();
+        let depths = module_parameters::depths.value();
+        let all_contexts = (1u32 << CONTEXTS.len()) - 1;
+        let all_depths = (1u32 << DEPTHS.len()) - 1;
+        if contexts == 0
+            || contexts & !all_contexts != 0
+            || depths == 0
+            || depths & !all_depths != 0
+        {
+            pr_err!("contexts={contexts:#x} depths={depths:#x}: a bit each, at least one\n");
+            return Err(EINVAL);
+        }
+        // Up to 4 arms a sample (Rust, C, C2, floor).
+        let cells = (contexts.count_ones() * depths.count_ones()) as usize;
+        let mut kept = KVec::with_capacity(cells * samples as usize * 4, GFP_KERNEL)?;
+        pr_info!("start,samples={samples},contexts={contexts:#x},depths={depths:#x}\n");
+        let res = run(samples, contexts, depths, &mut kept);
+        for s in &kept {
+            let (ctx, n, name, i, ns, pos) = (s.ctx, s.n, s.imp.name(), s.i, s.ns, s.pos);
+            pr_info!("sample,{ctx:?},{n},{name},{i},{ns},{pos}\n");
+        }
+        match res {
             Ok(()) => pr_info!("end,ok\n"),
             Err(e) => pr_info!("end,error {}\n", e.to_errno()),
         }
