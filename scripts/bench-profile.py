@@ -1,23 +1,29 @@
 #!/usr/bin/env python3
 """Usage: scripts/bench-profile.py CONSOLE-LOG OUTDIR
 
-Turn the ftrace of `make bench-profile` into OUTDIR/profile.md: for each
-traced direct-CQ drain (ib_drain_rq entry to return, on the benchmark's
-task) the time between its steps, as medians over the drains of each depth:
+Turn the ftrace of `make bench-profile` into OUTDIR/profile.md. The guest
+ran the benchmark's direct-CQ sequence (Rust, the floor, C at each depth),
+untraced and then traced. For each traced Rust drain (ib_drain_rq entry to
+return, on the benchmark's task) the time between its steps, as medians
+over the drains of each depth:
 
-  modify      entry -> ib_modify_qp(ERR) returned
+  to modify   entry -> rxe_modify_qp() entered
+  modify      -> rxe_modify_qp() (to ERR) returned
   to post     -> rxe_post_recv() of the marker entered
-  to worker   -> rxe's do_work() started (the worker that posted the last
-                 completion; counted only where it started after the post)
-  flush       -> rxe_cq_post() of the last completion (the marker's), from
-                 the later of the post and the worker's start
+  post        -> rxe_post_recv() returned
+  to worker   -> the do_work() run that posted the marker's completion
+                 started (counted only where it started after the post)
+  flush       -> rxe_cq_post() of the marker's completion, from the later
+                 of the post and that run's start
   to reap     -> the drain's poll that returned it (rdma_core:cq_poll on
                  the drain's task)
   return      -> ib_drain_rq returned
 
-beside the medians of the untraced run (the same drains and floor, before
-the probes were set): traced total minus untraced is what the probes cost.
-Timings never fail anything.
+and, for the Rust drain, the floor and the C drain alike, the
+rxe_modify_qp() and the marker's rxe_post_recv() spans: how often they
+stalled (over 0.5 ms and 0.2 ms), and how often rxe's worker ran on
+another CPU during a stalled one. Beside them the medians of the untraced
+run (same boot, before the probes were set). Timings never fail anything.
 """
 
 import collections
@@ -27,21 +33,42 @@ import statistics
 import sys
 
 EV = re.compile(r"^\s*(.+?)-(\d+)\s+\[(\d+)\]\s+\S+\s+([\d.]+):\s+(\w+):(.*)$")
+ENTRIES = re.compile(r"entries-in-buffer/entries-written: (\d+)/(\d+)")
 SAMPLE = re.compile(r"rdma_drain_bench: sample,(\w+),(\d+),(\w+),(\d+),(\d+)")
-STEPS = ["modify", "to post", "to worker", "flush", "to reap", "return"]
+STEPS = ["to modify", "modify", "to post", "post", "to worker", "flush", "to reap", "return"]
+STALLED_MODIFY, STALLED_POST = 500, 200
+ARMS = ["rust", "floor", "c"]
 
 
 def median(xs):
+    xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else float("nan")
 
 
-def main():
-    log, out = sys.argv[1], sys.argv[2]
-    os.makedirs(out, exist_ok=True)
+def fmt(x):
+    return "—" if x != x else f"{x:.0f}"
+
+
+def read(log):
     events, samples = [], {"untraced": collections.defaultdict(list), "traced": collections.defaultdict(list)}
-    run, inside, lost = None, False, 0
+    run, inside, lost, probes, kept = None, False, 0, False, None
+    misses, seen = [], set()
     with open(log, errors="replace") as f:
         for line in f:
+            if "rust-drain: profile: kprobe_profile begin" in line:
+                probes = True
+                continue
+            if "rust-drain: profile: kprobe_profile end" in line:
+                probes = False
+                continue
+            if probes:
+                f3 = line.split()
+                if len(f3) == 3 and f3[2].isdigit() and int(f3[2]):
+                    misses.append(f"{f3[0]}: {f3[2]} misses")
+                continue
+            m = ENTRIES.search(line)
+            if m and inside:
+                kept = (int(m.group(1)), int(m.group(2)))
             if "rust-drain: profile: untraced run" in line:
                 run = "untraced"
             elif "rust-drain: profile: traced run" in line:
@@ -53,89 +80,184 @@ def main():
                 inside = False
                 continue
             m = SAMPLE.search(line)
-            if m and run:
+            if m and run and not inside:
+                key = (run, m.group(2), m.group(3), m.group(4))
+                if key in seen:
+                    sys.exit(f"bench-profile: sample {key} twice in {log}")
+                seen.add(key)
                 samples[run][(int(m.group(2)), m.group(3))].append(int(m.group(5)))
             if inside:
                 if "LOST" in line:
                     lost += 1
                 m = EV.match(line)
                 if m:
-                    events.append((float(m.group(4)) * 1e6, int(m.group(2)), int(m.group(3)), m.group(5)))
+                    events.append((float(m.group(4)) * 1e6, int(m.group(2)), int(m.group(3)), m.group(5), m.group(6)))
     if not events:
         sys.exit("bench-profile: no trace in " + log)
-    if lost:
-        sys.exit(f"bench-profile: the trace lost events ({lost} lines say so): a bigger buffer_size_kb")
+    if lost or (kept and kept[0] != kept[1]):
+        sys.exit(f"bench-profile: the trace lost events ({lost} LOST lines, entries kept/written {kept}):"
+                 " a bigger buffer_size_kb")
+    if misses:
+        sys.exit("bench-profile: probes missed hits (" + ", ".join(misses) + "): a bigger maxactive")
     events.sort()
+    return events, samples
+
+
+def worker_runs(events):
+    """rxe's do_work() runs: (start, end, cpu, pid)."""
+    runs, open_ = [], {}
+    for t, pid, cpu, name, _ in events:
+        if name == "task":
+            open_[pid] = (t, cpu)
+        elif name == "task_ret" and pid in open_:
+            s, c = open_.pop(pid)
+            runs.append((s, t, c, pid))
+    return runs
+
+
+def arms(events, bench):
+    """The benchmark task's timed arms in order: (kind, events) with kind
+    rust, c or floor. Around them the benchmark sets each QP up (a modify to
+    INIT) and tears it down (OwnedQp's drop drains both queues, in the same
+    Rust code but not through ib_drain_rq); the floor's modify(ERR) is the
+    one that returns to `Qp::set_state`."""
+    out, cur, since_modify = [], None, None
+    for e in events:
+        t, pid, cpu, name, text = e
+        if pid != bench:
+            continue
+        if cur is not None:
+            cur[1].append(e)
+            if name == cur[2]:
+                out.append((cur[0], cur[1]))
+                cur = None
+        elif name == "drain":
+            cur = ("rust", [e], "drain_ret")
+        elif name == "cdrain":
+            cur = ("c", [e], "cdrain_ret")
+        elif name == "modify":
+            since_modify = [e]
+        elif since_modify is not None:
+            since_modify.append(e)
+            if name == "modify_ret":
+                if "set_state" in text:
+                    out.append(("floor", since_modify))
+                since_modify = None
+    return out
+
+
+def worker_elsewhere(a, b, cpu, runs):
+    """rxe's worker ran on a CPU other than `cpu` during [a, b]."""
+    return any(c != cpu and s < b and e > a for s, e, c, _ in runs)
+
+
+def main():
+    log, out = sys.argv[1], sys.argv[2]
+    os.makedirs(out, exist_ok=True)
+    events, samples = read(log)
+    bench = next((pid for _, pid, _, name, _ in events if name == "drain"), None)
+    runs = worker_runs(events)
+    found = arms(events, bench)
     traced = samples["traced"]
     depths = sorted({n for n, imp in traced if imp == "rust"})
     per_depth = {n: len(traced[(n, "rust")]) for n in depths}
-    drains, cur = [], None
-    for t, pid, cpu, name in events:
-        if name == "drain":
-            cur = {"pid": pid, "cpu": cpu, "t0": t, "ev": []}
-        elif cur is not None and name == "drain_ret" and pid == cur["pid"]:
-            cur["t1"] = t
-            drains.append(cur)
-            cur = None
-        elif cur is not None:
-            cur["ev"].append((t, pid, cpu, name))
-    # Each depth runs its warm-up drains, then the measured ones.
+    # The sequence: for each depth, warm-up samples, then the measured ones;
+    # each sample is Rust, floor, C or floor, Rust, C (rdma_drain_bench.rs).
+    kinds = collections.Counter(k for k, _ in found)
     measured = sum(per_depth.values())
-    if not depths or (len(drains) - measured) % len(depths):
-        sys.exit(f"bench-profile: {len(drains)} drains traced, {measured} samples: cannot match them")
-    warm = (len(drains) - measured) // len(depths)
-    order = []
+    warm = (kinds["rust"] - measured) // len(depths) if depths else -1
+    depth_of = []
     for n in depths:
-        order += [None] * warm + [n] * per_depth[n]
-    rows = collections.defaultdict(list)
+        depth_of += [None] * (3 * warm) + [n] * (3 * per_depth[n])
+    if (set(kinds) != set(ARMS) or len(set(kinds.values())) != 1 or warm != 5
+            or len(found) != len(depth_of)
+            or any(traced[(n, k)] and len(traced[(n, k)]) != per_depth[n] for n in depths for k in ARMS)):
+        sys.exit(f"bench-profile: arms traced {dict(kinds)}, samples {per_depth}: cannot match them")
+    steps = collections.defaultdict(list)
+    spans = collections.defaultdict(list)
     dropped = collections.Counter()
-    for d, n in zip(drains, order):
+    for (kind, ev), n in zip(found, depth_of):
         if n is None:
             continue
-        ev, pid = d["ev"], d["pid"]
+        t0, cpu, t1 = ev[0][0], ev[0][2], ev[-1][0]
 
-        def first(name, after, only_pid=None):
-            return next((t for t, p, _, e in ev if e == name and t >= after and only_pid in (None, p)), None)
+        def first(name, after=t0):
+            return next((t for t, _, _, e, _ in ev if e == name and t >= after), None)
 
-        def last(name, before, only_pid=None):
-            hits = [(t, c) for t, p, c, e in ev if e == name and t <= before and only_pid in (None, p)]
-            return hits[-1] if hits else (None, None)
-
-        tm = first("modify_ret", d["t0"], pid)
-        tp = first("post", tm or d["t0"], pid)
-        treap, _ = last("cq_poll", d["t1"], pid)
-        tcq, _ = last("cqpost", treap or d["t1"])
-        ttask, ctask = last("task", tcq or d["t1"])
-        if None in (tm, tp, treap, tcq, ttask):
-            dropped["a step missing"] += 1
+        tmod, tmr = first("rmodify"), first("rmodify_ret")
+        tp = first("post", tmr or t0) if kind != "floor" else None
+        tpr = first("post_ret", tp or t0) if kind != "floor" else None
+        if None in (tmod, tmr) or (kind != "floor" and None in (tp, tpr)):
+            dropped[f"{kind}: a step missing"] += 1
             continue
-        after_post = ttask >= tp
-        start_flush = max(ttask, tp)
-        rows[n].append({
-            "modify": tm - d["t0"], "to post": tp - tm,
-            "to worker": ttask - tp if after_post else None,
-            "flush": tcq - start_flush, "to reap": treap - tcq, "return": d["t1"] - treap,
-            "total": d["t1"] - d["t0"], "other cpu": ctask != d["cpu"], "after post": after_post,
-        })
+        row = {"modify": tmr - tmod, "post": tpr - tp if tp else None}
+        row["stalled"] = [(a, b) for a, b, limit in ((tmod, tmr, STALLED_MODIFY), (tp, tpr, STALLED_POST))
+                          if a is not None and b - a > limit]
+        row["worker"] = any(worker_elsewhere(a, b, cpu, runs) for a, b in row["stalled"])
+        if kind == "rust":
+            polls = [t for t, _, _, e, _ in ev if e == "cq_poll"]
+            treap = polls[-1] if polls else None
+            posts = [(t, p) for t, p, _, e, _ in events if e == "cqpost" and t0 <= t <= (treap or t1)]
+            tcq, wpid = posts[-1] if posts else (None, None)
+            # The worker run that posted the marker's completion.
+            run = next((r for r in runs if r[3] == wpid and r[0] <= tcq <= r[1]), None) if tcq else None
+            if None in (treap, tcq, run):
+                dropped["rust: a step missing"] += 1
+                continue
+            ttask = run[0]
+            after_post = ttask >= tp
+            row.update({
+                "to modify": tmod - t0, "to post": tp - tmr,
+                "to worker": ttask - tp if after_post else None,
+                "flush": tcq - max(ttask, tp), "to reap": treap - tcq, "return": t1 - treap,
+                "total": t1 - t0, "after post": after_post,
+            })
+            steps[n].append(row)
+        spans[(n, kind)].append(row)
+    un = samples["untraced"]
     lines = [
-        "| N | drains | " + " | ".join(STEPS) + " | traced total | untraced Rust | untraced floor "
-        "| worker started after the post | worker on another CPU |",
-        "|---:|---:|" + "---:|" * (len(STEPS) + 3) + "---:|---:|",
+        "Rust drains (medians, µs; traced):",
+        "",
+        "| N | drains | " + " | ".join(STEPS) + " | traced total | total, no step stalled "
+        "| total, a step stalled | worker started after the post |",
+        "|---:|---:|" + "---:|" * (len(STEPS) + 3) + "---:|",
     ]
-    for n in sorted(rows):
-        rs = rows[n]
-        med = [median([r[k] for r in rs if r[k] is not None]) for k in STEPS]
-        un = samples["untraced"]
+    for n in sorted(steps):
+        rs = steps[n]
         lines.append(
-            f"| {n} | {len(rs)} | " + " | ".join(f"{m:.1f}" for m in med)
-            + f" | {median([r['total'] for r in rs]):.1f} | {median(un[(n, 'rust')]) / 1000:.1f}"
-            + f" | {median(un[(n, 'floor')]) / 1000:.1f}"
-            + f" | {sum(r['after post'] for r in rs)} | {sum(r['other cpu'] for r in rs)} |")
+            f"| {n} | {len(rs)} | " + " | ".join(fmt(median([r[k] for r in rs])) for k in STEPS)
+            + f" | {fmt(median([r['total'] for r in rs]))}"
+            + f" | {fmt(median([r['total'] for r in rs if not r['stalled']]))}"
+            + f" | {fmt(median([r['total'] for r in rs if r['stalled']]))}"
+            + f" | {sum(r['after post'] for r in rs)} |")
+    lines += [
+        "",
+        f"rxe_modify_qp(ERR) and the marker's rxe_post_recv() in every arm (medians, µs; traced;"
+        f" stalled: modify over {STALLED_MODIFY} µs, post over {STALLED_POST} µs):",
+        "",
+        "| N | arm | traced | modify | modify stalled | stalled modify | post | post stalled "
+        "| stalled post | worker on another CPU in a stalled step | untraced median | untraced p25 |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for n in depths:
+        for kind in ARMS:
+            rs = spans[(n, kind)]
+            u = sorted(un[(n, kind)])
+            mods = [r["modify"] for r in rs]
+            posts = [r["post"] for r in rs if r["post"] is not None]
+            smod = [m for m in mods if m > STALLED_MODIFY]
+            spost = [p for p in posts if p > STALLED_POST]
+            post = (f"{fmt(median(posts))} | {len(spost)} | {fmt(median(spost))}"
+                    if kind != "floor" else "| |")
+            lines.append(
+                f"| {n} | {kind} | {len(rs)} | {fmt(median(mods))} | {len(smod)} | {fmt(median(smod))} "
+                f"| {post} | {sum(r['worker'] for r in rs)} "
+                f"| {fmt(median(u) / 1000) if u else '—'} | {fmt(u[len(u) // 4] / 1000) if u else '—'} |")
     if dropped:
-        lines += ["", "not shown: " + ", ".join(f"{v} drains ({k})" for k, v in dropped.items())]
+        lines += ["", "not shown: " + ", ".join(f"{v} arms ({k})" for k, v in dropped.items())]
     table = "\n".join(lines) + "\n"
     with open(f"{out}/profile.md", "w") as f:
-        f.write("# Direct-CQ ib_drain_rq on rxe, step by step (medians, µs)\n\n")
+        f.write("# Direct-CQ ib_drain_rq on rxe, step by step\n\n")
         f.write(table)
     print(table)
 
