@@ -97,9 +97,12 @@ def main():
     os.makedirs(out, exist_ok=True)
     data = collections.defaultdict(list)
     bypos = collections.defaultdict(lambda: collections.defaultdict(list))
-    rows = []
+    rows, want = [], None
     with open(log, errors="replace") as f:
         for line in f:
+            start = START.search(line)
+            if start:
+                want = list(range(int(start.group(1))))
             m = LINE.search(line)
             if m:
                 ctx, n, imp, i, ns = m.group(1), int(m.group(2)), m.group(3), int(m.group(4)), int(m.group(5))
@@ -111,8 +114,6 @@ def main():
         sys.exit("bench-report: no samples in " + log)
     # Every arm's samples once each, 0 to samples - 1: a line lost from the
     # log buffer or printed twice would bias a cell silently.
-    m = START.search(open(log, errors="replace").read())
-    want = list(range(int(m.group(1)))) if m else None
     bad = [k for k, v in data.items() if sorted(i for i, _ in v) != want]
     if bad:
         sys.exit(f"bench-report: {len(bad)} arms without exactly samples 0..{len(want or []) - 1} once each"
