@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Usage: scripts/bench-report.py CONSOLE-LOG OUTDIR
+"""Usage: scripts/bench-report.py CONSOLE-LOG OUTDIR [HOST-LINE]
 
 Collect rdma_drain_bench's sample lines from a console log and write
 OUTDIR/samples.csv (raw samples), OUTDIR/table.md and OUTDIR/latency.png
 (median latency vs depth per poll context, gnuplot), and prints the table.
+HOST-LINE (scripts/bench.sh: where the vCPU threads ran) heads table.md.
 
 Per poll context and depth: median, p90, p99 of Rust and C, the floor's
 median. The drains of one sample run in every order in turn, and the
@@ -94,6 +95,7 @@ def us(ns):
 
 def main():
     log, out = sys.argv[1], sys.argv[2]
+    host = sys.argv[3] if len(sys.argv) > 3 else "Host: vCPU placement not given."
     os.makedirs(out, exist_ok=True)
     data = collections.defaultdict(list)
     bypos = collections.defaultdict(lambda: collections.defaultdict(list))
@@ -191,6 +193,7 @@ def main():
     n_samples = min(len(v) for v in data.values())
     with open(f"{out}/table.md", "w") as f:
         f.write(f"# ib_drain_rq on rxe: Rust vs C vs floor ({n_samples} samples each)\n\n")
+        f.write(host + "\n\n")
         f.write(table)
     print(table)
 

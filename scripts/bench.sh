@@ -26,15 +26,18 @@ if [ "${PROFILE:-0}" != 1 ]; then
 		args="$args rdma_drain_bench.$p"
 	done
 fi
-rm -f "$log"
-BOOT_TIMEOUT=${BOOT_TIMEOUT:-3000} "$TOP/scripts/boot.sh" bench "$log" "$args"
+# Each vCPU on a host core of its own: the host scheduler's placement is
+# not what this measures (pin_vcpus in lib.sh).
+rm -f "$log" "$log.pin"
+PIN_VCPUS=1 BOOT_TIMEOUT=${BOOT_TIMEOUT:-3000} "$TOP/scripts/boot.sh" bench "$log" "$args"
 vcpus_up "$log" || die bench "$log" "the guest did not bring up all its vCPUs"
 grep -q 'rdma_drain_bench: end,ok' "$log" ||
 	die bench "$log" "the benchmark did not finish"
+host="Host: $(sed 's/^pin: //' "$log.pin" | paste -sd ';' | sed 's/;/; /g')."
 if [ "${PROFILE:-0}" = 1 ]; then
 	grep -q 'rust-drain: profile: trace end' "$log" ||
 		die bench "$log" "the profile's trace did not reach the console"
-	python3 "$TOP/scripts/bench-profile.py" "$log" "$TOP/out/bench"
+	python3 "$TOP/scripts/bench-profile.py" "$log" "$TOP/out/bench" "$host"
 else
-	python3 "$TOP/scripts/bench-report.py" "$log" "$TOP/out/bench"
+	python3 "$TOP/scripts/bench-report.py" "$log" "$TOP/out/bench" "$host"
 fi

@@ -2,7 +2,8 @@
 # Usage: scripts/boot.sh FLAVOUR LOG [KERNEL-ARGS...]
 # Boot the FLAVOUR test kernel under QEMU (TCG) with its initramfs; the
 # console goes to LOG. No network leaves the VM (-nic none). A hard timeout
-# always ends QEMU; its exit status is that of the timeout.
+# always ends QEMU; its exit status is that of the timeout. PIN_VCPUS=1:
+# each vCPU thread on a host CPU of its own (pin_vcpus), noted in LOG.pin.
 . "$(dirname "$0")/lib.sh"
 
 flavour=${1:-test} log=$2
@@ -12,7 +13,16 @@ timeout_s=${BOOT_TIMEOUT:-300}
 step "boot: $flavour kernel (console: $log)"
 rc=0
 guest_qemu "$flavour" "$log" "$@"
-timeout --foreground -k 10 "$timeout_s" "${QEMU[@]}" -monitor none -nic none </dev/null || rc=$?
+timeout --foreground -k 10 "$timeout_s" "${QEMU[@]}" -monitor none -nic none </dev/null &
+qpid=$!
+# A background job ignores ^C: end QEMU with this script.
+trap 'kill "$qpid" 2>/dev/null || true' EXIT
+if [ "${PIN_VCPUS:-0}" = 1 ]; then
+	pin_vcpus "$qpid" >"$log.pin" || true
+	cat "$log.pin"
+fi
+wait "$qpid" || rc=$?
+trap - EXIT
 if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
 	echo "boot: TIMEOUT after ${timeout_s}s" >>"$log"
 	die boot "$log" "QEMU did not power off within ${timeout_s}s"

@@ -93,12 +93,54 @@ tsc_args() {
 # that every test VM shares: the FLAVOUR kernel and initramfs under TCG on
 # GUEST_CPUS vCPUs, the console to LOG; the caller adds its devices.
 guest_qemu() {
-	local build=$CACHE/build-$1 log=$2
+	local flavour=$1 build=$CACHE/build-$1 log=$2
 	shift 2
-	QEMU=(qemu-system-x86_64 -machine q35 -cpu max,+arat -smp "$GUEST_CPUS" -m 2G
+	QEMU=(qemu-system-x86_64 -name "rdma-$flavour,debug-threads=on" -machine q35 -cpu max,+arat -smp "$GUEST_CPUS" -m 2G
 		-kernel "$build/arch/x86/boot/bzImage" -initrd "$build/initramfs.cpio.gz"
 		-append "$(tsc_args) console=ttyS0 panic=-1 oops=panic rdinit=/init loglevel=7 $*"
 		-display none -serial "file:$log" -no-reboot)
+}
+
+# host_cpus: the host CPUs this script may run on, one a line.
+host_cpus() {
+	local r
+	for r in $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status | tr , ' '); do
+		seq "${r%-*}" "${r#*-}"
+	done
+}
+
+# pin_vcpus PID: pins each vCPU thread of the QEMU that PID started
+# ("CPU n/TCG", named by guest_qemu's -name) to a host CPU of its own. Left
+# to itself the host scheduler kept both vCPU threads and QEMU's main loop
+# on one host core for most of a bench run, the other core idle: a guest
+# step then stalled for milliseconds whenever its vCPU waited there.
+# Prints what it did; non-zero if it could not pin every vCPU.
+pin_vcpus() {
+	local cpus qemu="" f comm i tid pinned=0
+	mapfile -t cpus < <(host_cpus)
+	if [ "${#cpus[@]}" -lt "$GUEST_CPUS" ]; then
+		echo "pin: not pinned: $GUEST_CPUS vCPUs, ${#cpus[@]} host CPUs"
+		return 1
+	fi
+	for _ in $(seq 300); do
+		qemu=$(pgrep -P "$1" -x qemu-system-x86 || true)
+		[ -n "$qemu" ] && [ "$(cat /proc/"$qemu"/task/*/comm 2>/dev/null |
+			grep -cx 'CPU [0-9]*/TCG' || true)" -ge "$GUEST_CPUS" ] && break
+		sleep 0.1
+	done
+	for f in /proc/"$qemu"/task/*/comm; do
+		comm=$(cat "$f" 2>/dev/null) || continue
+		[[ $comm =~ ^CPU\ ([0-9]+)/TCG$ ]] || continue
+		i=${BASH_REMATCH[1]} tid=${f%/comm} tid=${tid##*/}
+		if taskset -pc "${cpus[i]}" "$tid" >/dev/null; then
+			echo "pin: vCPU $i on host CPU ${cpus[i]}"
+			pinned=$((pinned + 1))
+		fi
+	done
+	[ "$pinned" = "$GUEST_CPUS" ] || {
+		echo "pin: not pinned: $pinned of $GUEST_CPUS vCPU threads"
+		return 1
+	}
 }
 
 # vcpus_up LOG: the kernel whose console is LOG brought up all GUEST_CPUS
