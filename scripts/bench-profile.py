@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Usage: scripts/bench-profile.py CONSOLE-LOG OUTDIR
+"""Usage: scripts/bench-profile.py CONSOLE-LOG OUTDIR [HOST-LINE]
 
-Turn the ftrace of `make bench-profile` into OUTDIR/profile.md. The guest
+Turn the ftrace of `make bench-profile` into OUTDIR/profile.md, headed by
+HOST-LINE (scripts/bench.sh: where the vCPU threads ran). The guest
 ran the benchmark's direct-CQ sequence (Rust, the floor, C at each depth),
 untraced and then traced. For each traced Rust drain (ib_drain_rq entry to
 return, on the benchmark's task) the time between its steps, as medians
@@ -18,6 +19,10 @@ over the drains of each depth:
   to reap     -> the drain's poll that returned it (rdma_core:cq_poll on
                  the drain's task)
   return      -> ib_drain_rq returned
+
+and how the wait ended: the marker's completion to the drain's task on a
+CPU again (sched_switch) and on to the reaping poll; for the floor, its
+last flush completion to its waiting task on a CPU.
 
 and, for the Rust drain, the floor and the C drain alike, the
 rxe_modify_qp() and the marker's rxe_post_recv() spans: how often they
@@ -153,6 +158,7 @@ def worker_elsewhere(a, b, cpu, runs):
 
 def main():
     log, out = sys.argv[1], sys.argv[2]
+    host = sys.argv[3] if len(sys.argv) > 3 else "Host: vCPU placement not given."
     os.makedirs(out, exist_ok=True)
     events, samples = read(log)
     bench = next((pid for _, pid, _, name, _ in events if name == "drain"), None)
@@ -173,8 +179,14 @@ def main():
             or len(found) != len(depth_of)
             or any(traced[(n, k)] and len(traced[(n, k)]) != per_depth[n] for n in depths for k in ARMS)):
         sys.exit(f"bench-profile: arms traced {dict(kinds)}, samples {per_depth}: cannot match them")
+    # The benchmark task being switched in (sched_switch, filtered on it),
+    # and its own events, which end a floor's wait for its completion.
+    woken = [t for t, _, _, e, x in events if e == "sched_switch" and f"next_pid={bench} " in x + " "]
+    own = [t for t, p, _, e, _ in events if p == bench and e != "sched_switch"]
     steps = collections.defaultdict(list)
     spans = collections.defaultdict(list)
+    wakes = collections.defaultdict(list)
+    phases = collections.defaultdict(list)
     dropped = collections.Counter()
     for (kind, ev), n in zip(found, depth_of):
         if n is None:
@@ -213,6 +225,20 @@ def main():
                 "total": t1 - t0, "after post": after_post,
             })
             steps[n].append(row)
+            wake = next((t for t in woken if tcq < t <= treap), None)
+            wakes[(n, kind)].append((wake - tcq, treap - wake) if wake else None)
+            phases[(n, kind)].append((tmr - t0, ttask - tmr, tcq - ttask, t1 - tcq))
+        elif kind == "floor" and n > 0:
+            # The floor's waiter sleeps after its modify and is woken by the
+            # softirq poller that consumed the last flush completion.
+            until = next((t for t in own if t > t1), float("inf"))
+            wake = next((t for t in woken if t1 < t < until), None)
+            last, wpid = max(((t, p) for t, p, _, e, _ in events if e == "cqpost" and t0 <= t < (wake or 0)),
+                             default=(None, None))
+            wakes[(n, kind)].append((wake - last, None) if wake and last else None)
+            run = next((r for r in runs if r[3] == wpid and r[0] <= last <= r[1]), None) if last else None
+            if run:
+                phases[(n, kind)].append((tmr - t0, run[0] - tmr, last - run[0], wake - last))
         spans[(n, kind)].append(row)
     un = samples["untraced"]
     lines = [
@@ -253,11 +279,48 @@ def main():
                 f"| {n} | {kind} | {len(rs)} | {fmt(median(mods))} | {len(smod)} | {fmt(median(smod))} "
                 f"| {post} | {sum(r['worker'] for r in rs)} "
                 f"| {fmt(median(u) / 1000) if u else '—'} | {fmt(u[len(u) // 4] / 1000) if u else '—'} |")
+    lines += [
+        "",
+        "The wake-up at the end (medians, µs; traced): from rxe_cq_post() of the marker's"
+        " completion (Rust) or of the last flush completion (floor) to the waiting task being"
+        " switched in (sched_switch), and from there to the poll that reaped the marker (Rust):",
+        "",
+        "| N | Rust: completion to task on CPU | Rust: on CPU to reap | Rust drains woken after the completion "
+        "| floor: last completion to task on CPU | floors woken after it |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for n in depths:
+        rw = [w for w in wakes[(n, "rust")] if w]
+        fw = [w for w in wakes[(n, "floor")] if w]
+        lines.append(
+            f"| {n} | {fmt(median([a for a, _ in rw]))} | {fmt(median([b for _, b in rw]))} "
+            f"| {len(rw)} of {len(wakes[(n, 'rust')])} | {fmt(median([a for a, _ in fw]))} "
+            f"| {len(fw)} of {len(wakes[(n, 'floor')])} |" if n else
+            f"| {n} | {fmt(median([a for a, _ in rw]))} | {fmt(median([b for _, b in rw]))} "
+            f"| {len(rw)} of {len(wakes[(n, 'rust')])} | — | (no completion) |")
+    lines += [
+        "",
+        "Rust against the floor, phase by phase (medians, µs; traced; a phase can be negative where"
+        " rxe's worker started before the modify returned): from the drain's entry (Rust) or"
+        " ib_modify_qp()'s (floor) until rxe_modify_qp(ERR) returned, to the start of the worker run"
+        " that posted the last completion (the marker's, for Rust), to that rxe_cq_post(), and to"
+        " the end: ib_drain_rq's return (Rust) or the waiting task on a CPU again (floor):",
+        "",
+        "| N | arm | arms | to modify returned | to the worker's run | to the last completion | to the end |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for n in depths:
+        for kind in ("rust", "floor"):
+            ps = phases[(n, kind)]
+            if ps:
+                lines.append(f"| {n} | {kind} | {len(ps)} | "
+                             + " | ".join(fmt(median([p[i] for p in ps])) for i in range(4)) + " |")
     if dropped:
         lines += ["", "not shown: " + ", ".join(f"{v} arms ({k})" for k, v in dropped.items())]
     table = "\n".join(lines) + "\n"
     with open(f"{out}/profile.md", "w") as f:
         f.write("# Direct-CQ ib_drain_rq on rxe, step by step\n\n")
+        f.write(host + "\n\n")
         f.write(table)
     print(table)
 

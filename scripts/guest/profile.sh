@@ -1,10 +1,10 @@
 #!/bin/sh
 # Guest side of `make bench-profile`: the benchmark's direct-CQ sequence
 # (Rust, the floor, C) at N = 0, 1 and 64, once untraced and then under
-# ftrace with the events that mark each step of a drain and each run of
-# rxe's worker, on rxe over dummy0 (set up by /init). Prints the probes'
-# hit counts and the trace between marker lines for
-# scripts/bench-profile.py.
+# ftrace with the events that mark each step of a drain, each run of
+# rxe's worker and each time the benchmark's task is switched in, on rxe
+# over dummy0 (set up by /init). Prints the probes' hit counts and the
+# trace between marker lines for scripts/bench-profile.py.
 # Usage: sh /profile.sh SAMPLES
 T=/sys/kernel/tracing
 samples=${1:-100}
@@ -41,6 +41,9 @@ for e in drain drain_ret cdrain cdrain_ret modify modify_ret rmodify \
 	echo 1 >$T/events/kprobes/$e/enable
 done
 echo 'rc > 0' >$T/events/rdma_core/cq_poll/filter
+# When the benchmark's task (in insmod's init_module) gets a CPU again.
+echo 'next_comm == "insmod"' >$T/events/sched/sched_switch/filter
+echo 1 >$T/events/sched/sched_switch/enable
 echo 1 >$T/events/rdma_core/cq_poll/enable
 echo 1 >$T/tracing_on
 bench_insmod samples="$samples" contexts=1 depths=7
