@@ -206,7 +206,7 @@ def main():
         row["stalled"] = [(a, b) for a, b, limit in ((tmod, tmr, STALLED_MODIFY), (tp, tpr, STALLED_POST))
                           if a is not None and b - a > limit]
         row["worker"] = any(worker_elsewhere(a, b, cpu, runs) for a, b in row["stalled"])
-        if kind == "rust":
+        if kind != "floor":
             polls = [t for t, _, _, e, _ in ev if e == "cq_poll"]
             treap = polls[-1] if polls else None
             posts = [(t, p) for t, p, _, e, _ in events if e == "cqpost" and t0 <= t <= (treap or t1)]
@@ -214,9 +214,11 @@ def main():
             # The worker run that posted the marker's completion.
             run = next((r for r in runs if r[3] == wpid and r[0] <= tcq <= r[1]), None) if tcq else None
             if None in (treap, tcq, run):
-                dropped["rust: a step missing"] += 1
+                dropped[f"{kind}: a step missing"] += 1
                 continue
             ttask = run[0]
+            phases[(n, kind)].append((tmr - t0, ttask - tmr, tcq - ttask, t1 - tcq))
+        if kind == "rust":
             after_post = ttask >= tp
             row.update({
                 "to modify": tmod - t0, "to post": tp - tmr,
@@ -227,7 +229,6 @@ def main():
             steps[n].append(row)
             wake = next((t for t in woken if tcq < t <= treap), None)
             wakes[(n, kind)].append((wake - tcq, treap - wake) if wake else None)
-            phases[(n, kind)].append((tmr - t0, ttask - tmr, tcq - ttask, t1 - tcq))
         elif kind == "floor" and n > 0:
             # The floor's waiter sleeps after its modify and is woken by the
             # softirq poller that consumed the last flush completion.
@@ -235,6 +236,10 @@ def main():
             wake = next((t for t in woken if t1 < t < until), None)
             last, wpid = max(((t, p) for t, p, _, e, _ in events if e == "cqpost" and t0 <= t < (wake or 0)),
                              default=(None, None))
+            # A completion after that switch-in: it was a return from
+            # preemption, not the wake-up (only switch-ins are traced).
+            if wake and any(e == "cqpost" and wake < t < until for t, _, _, e, _ in events):
+                wake = None
             wakes[(n, kind)].append((wake - last, None) if wake and last else None)
             run = next((r for r in runs if r[3] == wpid and r[0] <= last <= r[1]), None) if last else None
             if run:
@@ -289,7 +294,9 @@ def main():
         "| floor: last completion to task on CPU | floors woken after it |",
         "|---:|---:|---:|---:|---:|---:|",
     ]
-    for n in depths:
+    if not woken:
+        lines.append("| (no sched_switch events in the trace) | | | | | |")
+    for n in depths if woken else []:
         rw = [w for w in wakes[(n, "rust")] if w]
         fw = [w for w in wakes[(n, "floor")] if w]
         lines.append(
@@ -300,17 +307,18 @@ def main():
             f"| {len(rw)} of {len(wakes[(n, 'rust')])} | — | (no completion) |")
     lines += [
         "",
-        "Rust against the floor, phase by phase (medians, µs; traced; a phase can be negative where"
-        " rxe's worker started before the modify returned): from the drain's entry (Rust) or"
+        "Rust and C against the floor, phase by phase (medians, µs; traced; a phase can be negative"
+        " where rxe's worker started before the modify returned): from the drain's entry (Rust, C) or"
         " ib_modify_qp()'s (floor) until rxe_modify_qp(ERR) returned, to the start of the worker run"
-        " that posted the last completion (the marker's, for Rust), to that rxe_cq_post(), and to"
-        " the end: ib_drain_rq's return (Rust) or the waiting task on a CPU again (floor):",
+        " that posted the last completion (the marker's, for a drain), to that rxe_cq_post(), and to"
+        " the end: the drain's return (C's includes its 100 ms sleep) or the waiting task on a CPU"
+        " again (floor):",
         "",
         "| N | arm | arms | to modify returned | to the worker's run | to the last completion | to the end |",
         "|---:|---|---:|---:|---:|---:|---:|",
     ]
     for n in depths:
-        for kind in ("rust", "floor"):
+        for kind in ARMS:
             ps = phases[(n, kind)]
             if ps:
                 lines.append(f"| {n} | {kind} | {len(ps)} | "
