@@ -15,7 +15,7 @@ rc=0
 guest_qemu "$flavour" "$log" "$@"
 timeout --foreground -k 10 "$timeout_s" "${QEMU[@]}" -monitor none -nic none </dev/null &
 qpid=$!
-# A background job ignores ^C: end QEMU with this script.
+# However this script ends, QEMU ends with it.
 trap 'kill "$qpid" 2>/dev/null || true' EXIT
 if [ "${PIN_VCPUS:-0}" = 1 ]; then
 	pin_vcpus "$qpid" >"$log.pin" || true

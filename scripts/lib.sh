@@ -111,9 +111,9 @@ host_cpus() {
 
 # pin_vcpus PID: pins each vCPU thread of the QEMU that PID started
 # ("CPU n/TCG", named by guest_qemu's -name) to a host CPU of its own. Left
-# to itself the host scheduler kept both vCPU threads and QEMU's main loop
-# on one host core for most of a bench run, the other core idle: a guest
-# step then stalled for milliseconds whenever its vCPU waited there.
+# to the host scheduler, each vCPU thread of a bench run waited about three
+# times as long in a host run queue, and rxe's modify stalled for
+# milliseconds 6-15 times as often (README, "Why the bench pins its vCPUs").
 # Prints what it did; non-zero if it could not pin every vCPU.
 pin_vcpus() {
 	local cpus qemu="" f comm i tid pinned=0
@@ -123,6 +123,7 @@ pin_vcpus() {
 		return 1
 	fi
 	for _ in $(seq 300); do
+		kill -0 "$1" 2>/dev/null || break
 		qemu=$(pgrep -P "$1" -x qemu-system-x86 || true)
 		[ -n "$qemu" ] && [ "$(cat /proc/"$qemu"/task/*/comm 2>/dev/null |
 			grep -cx 'CPU [0-9]*/TCG' || true)" -ge "$GUEST_CPUS" ] && break
