@@ -27,9 +27,10 @@ if [ "${PROFILE:-0}" != 1 ]; then
 	done
 fi
 # Each vCPU on a host core of its own: the host scheduler's placement is
-# not what this measures (pin_vcpus in lib.sh).
+# not what this measures (pin_vcpus in lib.sh). PIN_VCPUS=0: the control.
 rm -f "$log" "$log.pin"
-PIN_VCPUS=1 BOOT_TIMEOUT=${BOOT_TIMEOUT:-3000} "$TOP/scripts/boot.sh" bench "$log" "$args"
+[ "${PIN_VCPUS:-1}" = 1 ] || echo "pin: not pinned: PIN_VCPUS=${PIN_VCPUS}" >"$log.pin"
+PIN_VCPUS=${PIN_VCPUS:-1} BOOT_TIMEOUT=${BOOT_TIMEOUT:-3000} "$TOP/scripts/boot.sh" bench "$log" "$args"
 vcpus_up "$log" || die bench "$log" "the guest did not bring up all its vCPUs"
 grep -q 'rdma_drain_bench: end,ok' "$log" ||
 	die bench "$log" "the benchmark did not finish"
