@@ -111,9 +111,10 @@ host_cpus() {
 
 # pin_vcpus PID: pins each vCPU thread of the QEMU that PID started
 # ("CPU n/TCG", named by guest_qemu's -name) to a host CPU of its own. Left
-# to the host scheduler, each vCPU thread of a bench run waited 3-10 times
-# as long in a host run queue, and rxe's modify stalled for milliseconds
-# 6 or more times as often (README, "Why the bench pins its vCPUs").
+# to the host scheduler, each vCPU thread of a bench run waited 2.6-10
+# times as long in a host run queue, and rxe's modify stalled for
+# milliseconds about 5 times as often or more (README, "Why the bench pins
+# its vCPUs").
 # Prints what it did; non-zero if it could not pin every vCPU.
 pin_vcpus() {
 	local cpus qemu="" f comm i tid pinned=0
