@@ -279,7 +279,7 @@ impl OwnedCq {
                 nr,
                 comp_vector,
                 ctx.as_raw(),
-                c"kernel::infiniband".as_char_ptr(),
+                super::kern_name(),
             )
         })?;
         let ptr = NonNull::new(ptr).ok_or(ENOMEM)?;

@@ -38,3 +38,15 @@ pub use owned_qp::{Mtu, OwnedQp, QpConfig, RcParams};
 pub use pd::Pd;
 pub use qp::{Qp, QpState, RecvQueue, SendQueue, WorkQueue};
 pub use srq::OwnedSrq;
+
+/// The owner that restrack names for the objects made here. restrack keeps
+/// this pointer, not a copy, and an object can outlive the module that made
+/// it (forgotten, or kept after a failed destroy), so the name is a static of
+/// vmlinux: a literal in the inlined callers would live in their module.
+static KERN_NAME: [u8; 19] = *b"kernel::infiniband\0";
+
+/// [`KERN_NAME`] as the `caller` argument of the verbs that take one.
+#[inline]
+fn kern_name() -> *const crate::ffi::c_char {
+    KERN_NAME.as_ptr().cast()
+}

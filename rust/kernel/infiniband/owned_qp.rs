@@ -403,11 +403,7 @@ impl OwnedQp {
         attr.cap.max_recv_sge = if srq.is_null() { 1 } else { 0 };
         // SAFETY: `pd`, the CQs, the SRQ if any and `attr` are valid.
         let ptr = from_err_ptr(unsafe {
-            bindings::ib_create_qp_kernel(
-                pd.as_raw(),
-                &mut attr,
-                c"kernel::infiniband".as_char_ptr(),
-            )
+            bindings::ib_create_qp_kernel(pd.as_raw(), &mut attr, super::kern_name())
         });
         let ptr = match ptr.map(NonNull::new) {
             Ok(Some(ptr)) => ptr,

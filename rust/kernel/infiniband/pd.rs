@@ -44,9 +44,8 @@ impl Pd {
     #[inline]
     pub fn alloc(dev: &DeviceRef) -> Result<Arc<Self>> {
         // SAFETY: `dev` is a valid, registered device.
-        let ptr = from_err_ptr(unsafe {
-            bindings::__ib_alloc_pd(dev.as_raw(), 0, c"kernel::infiniband".as_char_ptr())
-        })?;
+        let ptr =
+            from_err_ptr(unsafe { bindings::__ib_alloc_pd(dev.as_raw(), 0, super::kern_name()) })?;
         // INVARIANT: __ib_alloc_pd() returned a valid PD or an error.
         let pd = Self {
             ptr: NonNull::new(ptr).ok_or(ENOMEM)?,
