@@ -82,18 +82,6 @@ same() {
 	bounded 60 cmp /tmp/nfs.$1 $MNT/$1
 }
 
-# Both sides free their transports from work items that may run after the
-# unmount returned: wait until rxe has only the QPs it had before, so that
-# every drain is in the trace before it stops.
-qps_back() {
-	for _ in $(seq 300); do
-		[ "$(qp_count)" -le "$QP0" ] && return 0
-		sleep 0.1
-	done
-	echo "$(qp_count) QPs after 30 s, $QP0 before"
-	return 1
-}
-
 # Leaves nothing for the suites after this one (a failed step above may
 # have left a mount, nfsd or rxe0's removal): ends with checks that it did.
 cleanup() {
@@ -137,7 +125,8 @@ ktap_begin nfs_rdma_rxe
 check nfsd_rdma_server_setup setup
 check drain_stacks_traced trace_stacks_on
 check "nfs_rdma_${CYCLES}_cycles_data_matches" cycles
-check transports_freed qps_back
+# Every drain is in the trace before it stops.
+check transports_freed qps_back 30 "$QP0"
 trace_stacks_off
 # Each cycle unmounts twice, and each unmount closes one connection: the
 # client drains its RQ and then its SQ, the server its QP (SQ and RQ).
@@ -165,7 +154,7 @@ restart() {
 ktap_begin nfs_rdma_server_restart
 trace_stacks_on
 check server_restart_under_a_mount restart
-check transports_freed qps_back
+check transports_freed qps_back 30 "$QP0"
 trace_stacks_off
 # The stop and two unmounts each closed one connection: the server drained
 # each once (it has no listener while it is down); the client's reconnect
@@ -193,7 +182,7 @@ removal() {
 ktap_begin nfs_rdma_rxe_removal
 trace_stacks_on
 check rxe_removal_under_a_mount removal
-check transports_freed qps_back
+check transports_freed qps_back 30 "$QP0"
 trace_stacks_off
 # As for the restart: the removal and two unmounts each closed one (the
 # client cannot reconnect while rxe0 is gone).

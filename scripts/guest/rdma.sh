@@ -130,6 +130,18 @@ qp_count() {
 	rdma resource show qp | grep -c 'lqpn'
 }
 
+# qps_back SECS N: waits at most SECS s until rxe holds at most N QPs. ULPs
+# free their transports from work items that may run after the call that
+# ended the session returned (NFS's unmount, RNBD's unmap).
+qps_back() {
+	for _ in $(seq $(($1 * 10))); do
+		[ "$(qp_count)" -le "$2" ] && return 0
+		sleep 0.1
+	done
+	echo "$(qp_count) QPs after $1 s, $2 before"
+	return 1
+}
+
 # Waits at most $1 s for the command "$2..." to succeed.
 wait_until() {
 	t=$1

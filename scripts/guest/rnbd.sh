@@ -2,9 +2,9 @@
 # RNBD over RTRS in one guest, over rxe0: rnbd-server exports a null_blk
 # disk, rnbd-client maps it (sysfs), I/O is verified, it is unmapped. The
 # last unmap closes the RTRS session: the client's close work runs
-# rdma_disconnect() and ib_drain_qp() per connection before the unmap
-# returns (rtrs-clt.c stop_cm()); the server's close work, queued on the
-# DISCONNECTED event, does the same (rtrs_srv_close_work()).
+# rdma_disconnect() and ib_drain_qp() per connection (rtrs-clt.c
+# stop_cm()); the server's close work, queued on the DISCONNECTED event,
+# does the same (rtrs_srv_close_work()).
 # Usage: rnbd.sh CYCLES. Prints the KTAP suite rnbd_rxe.
 
 CYCLES=${1:-20}
@@ -21,11 +21,13 @@ setup() {
 	nullb_add nullb2
 }
 
-# Best effort: a map left by a failed cycle goes first.
+# Best effort: a map left by a failed cycle goes first, then its session
+# (no rmmod while one may still be closing).
 teardown() {
 	for u in /sys/block/rnbd*/rnbd/unmap_device; do
 		[ -e "$u" ] && echo force >"$u"
 	done
+	closed || return 1
 	[ -d $CFS/nullb/nullb2 ] && rmdir $CFS/nullb/nullb2
 	rmmod rnbd_client rnbd_server
 }
@@ -38,11 +40,22 @@ map() {
 	wait_until 10 test -b "/dev/$dev"
 }
 
-# Unmaps it: the session closes with it, the server's side soon after.
+# Waits until the session is closed on both sides. The unmap can return
+# first: when rnbd's close-confirmation work (a schedule_work() item) puts
+# the device's last reference, and with it the session's, that work closes
+# RTRS (drains, then up to 30 s for the CM's disconnects) and removes the
+# client's sysfs directory only at the end. An rmmod before the session
+# is freed WARNs in rnbd_destroy_sessions() and frees code the work runs.
+closed() {
+	wait_until 60 sh -c "! test -e /sys/class/rtrs-client/$SESS" &&
+		wait_until 30 sh -c "! test -e /sys/class/rtrs-server/$SESS" &&
+		qps_back 30 "$QP0"
+}
+
+# Unmaps it: the session closes with it.
 unmap() {
 	echo normal >/sys/block/$dev/rnbd/unmap_device || { echo "unmap_device refused"; return 1; }
-	[ ! -e /sys/class/rtrs-client/$SESS ] || { echo "client session still there"; return 1; }
-	wait_until 30 sh -c "! test -e /sys/class/rtrs-server/$SESS"
+	closed
 }
 
 # One cycle: map, write a pattern at block $1, read it back, compare, unmap.
@@ -67,6 +80,7 @@ cycles() {
 }
 
 
+QP0=$(qp_count)
 REFUSALS0=$(refusals)
 ktap_begin rnbd_rxe
 check rnbd_server_setup setup
