@@ -9,7 +9,11 @@
 #   kernel::infiniband is compiled into its users, so ib_core can be a module;
 # - the other way round, the work functions that outlive their callers (the
 #   stuck-drain watchdog, drain_rq_concurrently()'s workers) are in vmlinux,
-#   and no Rust object of ib_core or of a project module has a copy.
+#   and no Rust object of ib_core or of a project module has a copy; so
+#   is the QP event handler whose address C keeps;
+# - the owner name that kernel::infiniband gives restrack is a string of
+#   vmlinux and of no module: restrack keeps the pointer, and an object can
+#   outlive the module that made it.
 . "$(dirname "$0")/lib.sh"
 
 build=$1
@@ -82,4 +86,44 @@ for t in infiniband::marker::Watchdog infiniband::concurrent::DrainJob; do
 		echo "symbols: $t runs from vmlinux only (${#mods[@]} module objects checked)"
 	fi
 done
+
+# The QP event handler that C keeps a pointer to is vmlinux's, too.
+handler='<kernel::infiniband::owned_qp::QpEvents>::handle'
+if ! grep -qxF "$handler" <<<"$(sed 's/^[0-9a-f]* [Tt] //' <<<"$kernel")"; then
+	fail "$handler is not in rust/kernel.o"
+else
+	copies=$(for m in "${mods[@]}"; do
+		d=$(defined "$m" -C -j) || { echo "(unreadable)${m##*/}"; continue; }
+		if grep -xF "$handler" <<<"$d" >/dev/null; then echo "${m##*/}"; fi
+	done | tr '\n' ' ')
+	if [ -n "$copies" ]; then
+		fail "$handler has code in modules: $copies"
+	else
+		echo "symbols: $handler is in rust/kernel.o (vmlinux) only"
+	fi
+fi
+
+# names OBJ: how many lines of OBJ, debug info left out (its type names
+# are qualified), hold the owner name with its NUL.
+names() {
+	local t rc=0
+	t=$(mktemp)
+	llvm-objcopy --strip-debug "$1" "$t" || rc=1
+	[ "$rc" = 0 ] && { LC_ALL=C grep -caP 'kernel::infiniband\x00' "$t" || [ $? = 1 ]; } || rc=1
+	rm -f "$t"
+	return "$rc"
+}
+owner="restrack's owner name \"kernel::infiniband\""
+in_mods=$(for m in "${mods[@]}"; do
+	n=$(names "$m") || n=unreadable
+	[ "$n" = 0 ] || echo "${m##*/}"
+done | tr '\n' ' ')
+owner_ok=1
+[ -z "$in_mods" ] || { fail "$owner is in modules: $in_mods"; owner_ok=0; }
+if ! [ "$(names "$build/rust/kernel.o")" -ge 1 ] 2>/dev/null; then
+	fail "$owner is not in rust/kernel.o"
+	owner_ok=0
+fi
+[ "$owner_ok" = 0 ] ||
+	echo "symbols: $owner is in rust/kernel.o (vmlinux), in none of ${#mods[@]} module objects"
 exit "$rc"
