@@ -21,14 +21,17 @@ setup() {
 	nullb_add nullb2
 }
 
-# Best effort: a map left by a failed cycle goes first, then its session
-# (no rmmod while one may still be closing).
+# A map left by a failed cycle goes first, then its session; no rmmod if
+# it is still closing. After the client's sysfs session is gone, free_sess()
+# still frees the tag set (an SRCU barrier) and unlinks the session: the
+# second before rmmod narrows that window, nothing here can close it.
 teardown() {
 	for u in /sys/block/rnbd*/rnbd/unmap_device; do
 		[ -e "$u" ] && echo force >"$u"
 	done
 	closed || return 1
 	[ -d $CFS/nullb/nullb2 ] && rmdir $CFS/nullb/nullb2
+	sleep 1
 	rmmod rnbd_client rnbd_server
 }
 
