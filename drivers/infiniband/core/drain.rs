@@ -25,6 +25,7 @@
 
 use kernel::infiniband::{DrainMarker, PollContext, Qp, RecvQueue, WorkQueue, STUCK_REPORT_SECS};
 use kernel::prelude::*;
+use kernel::processor::cpu_relax;
 use kernel::sync::{
     atomic::{Atomic, Relaxed},
     SetOnce,
@@ -35,8 +36,19 @@ use pin_init::stack_pin_init;
 /// Prefix of this object's messages (it is part of ib_core, not a module of its own).
 const __LOG_PREFIX: &[u8] = b"ib_core\0";
 
-/// The sleep between polls of a direct CQ, until [`DIRECT_SHORT_SLEEPS`]
-/// after the post: a flush that waited for a worker to wake up lands then...
+/// A direct CQ is polled without sleeping for this long after the post (a
+/// flush the provider has queued usually lands within it; a sleep would add
+/// its wake-up to every drain)...
+const DIRECT_SPIN: Delta = Delta::from_micros(256);
+/// ... and on while each poll reaps something (the flush is landing), up to
+/// this. Without progress the spin ends at [`DIRECT_SPIN`]: a flush that
+/// needs this very CPU waits at most that long.
+const DIRECT_SPIN_MAX: Delta = Delta::from_millis(1);
+/// `cpu_relax()`es between two polls of the spin: the poll takes the CQ's
+/// lock, which the provider's flush takes for each completion.
+const DIRECT_SPIN_RELAX: u32 = 32;
+/// Then the sleep between polls, until [`DIRECT_SHORT_SLEEPS`] after the
+/// post: a flush that waited for a worker to wake up lands then...
 const DIRECT_SLEEP_MIN_US: i64 = 16;
 const DIRECT_SHORT_SLEEPS: Delta = Delta::from_millis(5);
 /// ... and then twice as long each time, up to this (C sleeps 100 ms).
@@ -143,11 +155,11 @@ fn drain_generic<'a, Q: WorkQueue<'a>>(q: &mut Q) {
 /// reaps a direct CQ. Never returns before that.
 ///
 /// The provider's flush usually lands within a few hundred microseconds of
-/// the post, so the CQ is polled at once, then after sleeps of
-/// [`DIRECT_SLEEP_MIN_US`] for [`DIRECT_SHORT_SLEEPS`], then with back-off,
-/// instead of in 100 ms slices like C. It sleeps rather than spins: the flush
-/// may wait for this very CPU. The watchdog cannot see this wait: it reports
-/// itself.
+/// the post, so the CQ is polled in a loop for [`DIRECT_SPIN`] (longer while
+/// the flush is landing), then after sleeps of [`DIRECT_SLEEP_MIN_US`] for
+/// [`DIRECT_SHORT_SLEEPS`], then with back-off, instead of in 100 ms slices
+/// like C. It does not spin longer: the flush may wait for this very CPU. The
+/// watchdog cannot see this wait: it reports itself.
 ///
 /// # Safety
 ///
@@ -159,9 +171,16 @@ unsafe fn reap_direct<'a, Q: WorkQueue<'a>>(q: &mut Q, marker: &DrainMarker) {
     let mut reported_s = 0;
     loop {
         // SAFETY: The caller guarantees that the CQ may be reaped here.
-        unsafe { q.poll_cq() };
+        let reaped = unsafe { q.poll_cq() };
         if marker.is_done() {
             return;
+        }
+        let spun = start.elapsed();
+        if spun < DIRECT_SPIN || (reaped > 0 && spun < DIRECT_SPIN_MAX) {
+            for _ in 0..DIRECT_SPIN_RELAX {
+                cpu_relax();
+            }
+            continue;
         }
         fsleep(Delta::from_micros(sleep_us));
         let waited = start.elapsed();
