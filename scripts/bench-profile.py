@@ -28,7 +28,10 @@ and, for the Rust drain, the floor and the C drain alike, the
 rxe_modify_qp() and the marker's rxe_post_recv() spans: how often they
 stalled (over 0.5 ms and 0.2 ms), and how often rxe's worker ran on
 another CPU during a stalled one. Beside them the medians of the untraced
-run (same boot, before the probes were set). Timings never fail anything.
+run (same boot, before the probes were set). Last, for each arm, whether
+the worker run that posted its last completion started on the CPU the arm
+entered on or on another, and how long after the modify in each case.
+Timings never fail anything.
 """
 
 import collections
@@ -217,7 +220,7 @@ def main():
                 dropped[f"{kind}: a step missing"] += 1
                 continue
             ttask = run[0]
-            phases[(n, kind)].append((tmr - t0, ttask - tmr, tcq - ttask, t1 - tcq))
+            phases[(n, kind)].append((tmr - t0, ttask - tmr, tcq - ttask, t1 - tcq, run[2] == cpu))
         if kind == "rust":
             after_post = ttask >= tp
             row.update({
@@ -243,7 +246,7 @@ def main():
             wakes[(n, kind)].append((wake - last, None) if wake and last else None)
             run = next((r for r in runs if r[3] == wpid and r[0] <= last <= r[1]), None) if last else None
             if run:
-                phases[(n, kind)].append((tmr - t0, run[0] - tmr, last - run[0], wake - last))
+                phases[(n, kind)].append((tmr - t0, run[0] - tmr, last - run[0], wake - last, run[2] == cpu))
         spans[(n, kind)].append(row)
     un = samples["untraced"]
     lines = [
@@ -323,6 +326,22 @@ def main():
             if ps:
                 lines.append(f"| {n} | {kind} | {len(ps)} | "
                              + " | ".join(fmt(median([p[i] for p in ps])) for i in range(4)) + " |")
+    lines += [
+        "",
+        "Where that worker run started: on the CPU the drain (or the floor's modify) entered on, or"
+        " on the other, and \"to the worker's run\" for each (medians, µs; traced):",
+        "",
+        "| N | arm | on the drain's CPU | to the worker's run there | on another CPU | to the worker's run there |",
+        "|---:|---|---:|---:|---:|---:|",
+    ]
+    for n in depths:
+        for kind in ARMS:
+            ps = phases[(n, kind)]
+            if ps:
+                same = [p[1] for p in ps if p[4]]
+                other = [p[1] for p in ps if not p[4]]
+                lines.append(f"| {n} | {kind} | {len(same)} | {fmt(median(same))} | {len(other)} "
+                             f"| {fmt(median(other))} |")
     if dropped:
         lines += ["", "not shown: " + ", ".join(f"{v} arms ({k})" for k, v in dropped.items())]
     table = "\n".join(lines) + "\n"
