@@ -320,12 +320,17 @@ def main():
         "| N | arm | arms | to modify returned | to the worker's run | to the last completion | to the end |",
         "|---:|---|---:|---:|---:|---:|---:|",
     ]
+    where = []
     for n in depths:
         for kind in ARMS:
             ps = phases[(n, kind)]
             if ps:
                 lines.append(f"| {n} | {kind} | {len(ps)} | "
                              + " | ".join(fmt(median([p[i] for p in ps])) for i in range(4)) + " |")
+                same = [p[1] for p in ps if p[4]]
+                other = [p[1] for p in ps if not p[4]]
+                where.append(f"| {n} | {kind} | {len(same)} | {fmt(median(same))} | {len(other)} "
+                             f"| {fmt(median(other))} |")
     lines += [
         "",
         "Where that worker run started: on the CPU the drain (or the floor's modify) entered on, or"
@@ -333,15 +338,7 @@ def main():
         "",
         "| N | arm | on the drain's CPU | to the worker's run there | on another CPU | to the worker's run there |",
         "|---:|---|---:|---:|---:|---:|",
-    ]
-    for n in depths:
-        for kind in ARMS:
-            ps = phases[(n, kind)]
-            if ps:
-                same = [p[1] for p in ps if p[4]]
-                other = [p[1] for p in ps if not p[4]]
-                lines.append(f"| {n} | {kind} | {len(same)} | {fmt(median(same))} | {len(other)} "
-                             f"| {fmt(median(other))} |")
+    ] + where
     if dropped:
         lines += ["", "not shown: " + ", ".join(f"{v} arms ({k})" for k, v in dropped.items())]
     table = "\n".join(lines) + "\n"

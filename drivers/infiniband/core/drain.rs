@@ -41,8 +41,9 @@ const __LOG_PREFIX: &[u8] = b"ib_core\0";
 /// its wake-up to every drain)...
 const DIRECT_SPIN: Delta = Delta::from_micros(256);
 /// ... and on while each poll reaps something (the flush is landing), up to
-/// this. Without progress the spin ends at [`DIRECT_SPIN`]: a flush that
-/// needs this very CPU waits at most that long.
+/// this. Without progress the spin ends at [`DIRECT_SPIN`]; a flush that
+/// needs this very CPU waits at most [`DIRECT_SPIN_MAX`] (any completion on
+/// the CQ counts as progress).
 const DIRECT_SPIN_MAX: Delta = Delta::from_millis(1);
 /// `cpu_relax()`es between two polls of the spin: the poll takes the CQ's
 /// lock, which the provider's flush takes for each completion.
