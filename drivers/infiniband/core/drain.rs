@@ -176,8 +176,7 @@ unsafe fn reap_direct<'a, Q: WorkQueue<'a>>(q: &mut Q, marker: &DrainMarker) {
         if marker.is_done() {
             return;
         }
-        let spun = start.elapsed();
-        if spun < DIRECT_SPIN || (reaped > 0 && spun < DIRECT_SPIN_MAX) {
+        if keep_spinning(start.elapsed(), reaped) {
             for _ in 0..DIRECT_SPIN_RELAX {
                 cpu_relax();
             }
@@ -194,6 +193,13 @@ unsafe fn reap_direct<'a, Q: WorkQueue<'a>>(q: &mut Q, marker: &DrainMarker) {
             marker.report_waiting(u32::try_from(waited_s).unwrap_or(u32::MAX));
         }
     }
+}
+
+/// Whether a direct drain polls again at once, `spun` after the marker's
+/// post, its last poll having reaped `reaped` completions: a flush that needs
+/// this CPU must not wait longer than the spin's bounds.
+fn keep_spinning(spun: Delta, reaped: i32) -> bool {
+    spun < DIRECT_SPIN || (reaped > 0 && spun < DIRECT_SPIN_MAX)
 }
 
 /// Why a drain could not start. Each reason WARNs once, as the C drain's
@@ -345,5 +351,29 @@ mod tests {
             bindings::ib_drain_qp as *const () as usize,
             super::ib_drain_qp as *const () as usize
         );
+    }
+}
+
+#[kunit_tests(rdma_drain_spin)]
+mod spin_tests {
+    use super::{keep_spinning, DIRECT_SPIN, DIRECT_SPIN_MAX};
+    use kernel::time::Delta;
+
+    /// The direct drain's spin ends at [`DIRECT_SPIN`] without progress, and
+    /// at [`DIRECT_SPIN_MAX`] however busy the CQ is.
+    #[test]
+    fn direct_spin_is_bounded() {
+        let us = Delta::from_micros;
+        let spin = DIRECT_SPIN.as_micros_ceil();
+        let max = DIRECT_SPIN_MAX.as_micros_ceil();
+        assert!(spin < max);
+        assert!(keep_spinning(us(0), 0));
+        assert!(keep_spinning(us(spin - 1), 0));
+        assert!(!keep_spinning(us(spin), 0));
+        assert!(!keep_spinning(us(max - 1), 0));
+        assert!(keep_spinning(us(spin), 1));
+        assert!(keep_spinning(us(max - 1), 16));
+        assert!(!keep_spinning(us(max), 1));
+        assert!(!keep_spinning(Delta::from_secs(10), 1));
     }
 }
