@@ -7,10 +7,10 @@
 # - the parts of vmlinux written for Rust (the kernel crate, its doctests,
 #   the C helpers) reference no symbol of ib_core or any other RDMA module:
 #   kernel::infiniband is compiled into its users, so ib_core can be a module;
-# - the other way round, the work functions that outlive their callers (the
-#   stuck-drain watchdog, drain_rq_concurrently()'s workers) are in vmlinux,
-#   and no Rust object of ib_core or of a project module has a copy; so
-#   is the QP event handler whose address C keeps;
+# - the other way round, the work function that outlives its caller
+#   (drain_rq_concurrently()'s workers) is in vmlinux, and no Rust object
+#   of ib_core or of a project module has a copy; so is the QP event
+#   handler whose address C keeps;
 # - the owner name that kernel::infiniband gives restrack is a string of
 #   vmlinux and of no module: restrack keeps the pointer, and an object can
 #   outlive the module that made it.
@@ -67,7 +67,7 @@ kernel=$(defined "$build/rust/kernel.o" -C) || fail "cannot read rust/kernel.o"
 mods=("$core"/drain*.o)
 mapfile -t -O "${#mods[@]}" mods < <(find "$ext" -name '*.o' ! -name '*.mod.o' 2>/dev/null)
 [ "${#mods[@]}" -ge 4 ] || fail "expected drain.o, drain_test.o and the project's modules, found: ${mods[*]}"
-for t in infiniband::marker::Watchdog infiniband::concurrent::DrainJob; do
+for t in infiniband::concurrent::DrainJob; do
 	# No grep -q in pipes here: with pipefail, its early exit is a failure.
 	if ! grep -F "$t>" <<<"$kernel" | grep -F 'WorkItemPointer<0>>::run' >/dev/null; then
 		fail "the work function of $t is not in rust/kernel.o (vmlinux)"

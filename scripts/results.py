@@ -32,6 +32,7 @@ REPORTS = re.compile(
 # Reports a suite provokes on purpose; the guest or the host checks them.
 EXPECTED_REPORTS = {
     "rdma_drain_hung_task": re.compile(r"blocked for more than"),
+    "rdma_drain_might_sleep": re.compile(r"BUG: sleeping function called from invalid context"),
     "rdma_drain_failed_destroy": re.compile(r"ib_destroy_qp_user\(\) failed"),
     # The same line, if the console prints it after the guest's next marker.
     "rdma_drain_failed_destroy_kept": re.compile(r"ib_destroy_qp_user\(\) failed"),
@@ -43,7 +44,8 @@ SUITE_END = re.compile(r"^(?:not )?ok \d+ (\S+)")
 CATEGORIES = [
     ("unit, fake provider", ["rdma_drain_unit", "rdma_drain_abi", "rdma_drain_spin",
                              "rdma_drain_unit_srq"]),
-    ("fault injection", ["rdma_drain_unit_faults", "rdma_drain_rxe_faults",
+    ("fault injection", ["rdma_drain_unit_faults", "rdma_drain_unit_c_reference",
+                         "rdma_drain_might_sleep", "rdma_drain_rxe_faults",
                          "rdma_drain_hung_task", "rdma_drain_hung_task_report"]),
     ("rxe", ["rdma_rxe_setup", "rdma_drain_rxe", "rdma_drain_teardown"]),
     ("soundness", ["rdma_drain_rxe_soundness", "rdma_drain_leaks", "rdma_drain_leaks_kept",

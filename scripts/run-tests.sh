@@ -28,19 +28,31 @@ if [ "$mode" = demo ]; then
 	exit 0
 fi
 cat "$CACHE/logs/check-symbols.log" "$CACHE/logs/vcpus.log"
-# A drain that waits long is reported by a line naming device and QP (no
-# WARN): ib_core's fault suite has two such drains on its fake device.
+# A drain that waits long is reported by one line naming device, QP, queue
+# and CQ (no WARN): ib_core's fault suite has two such drains on its fake
+# device, each ~11 s (a report every 5 s would print two lines each), and
+# the debug kernel's hung-task suite one more.
 stuck_rc=0
-[ "$(tr -d '\r' <"$log" | grep -c 'ib_core: fake0: QP 0x42: recv drain waiting for 5 s on CQ 0, marker not reaped yet')" -ge 2 ] ||
-	stuck_rc=1
-# Every refusal of ib_core's fault suite printed its line naming the device
-# and QP (the WARNs are counted by the suite itself).
+n_stuck=$(tr -d '\r' <"$log" | grep -c 'ib_core: fake0: QP 0x42: recv drain waiting for 5 s on CQ 0, marker not reaped yet' || true)
+n_faults=$(tr -d '\r' <"$log" | grep -cE '# Subtest: rdma_drain_unit_faults$' || true)
+n_hung=$(tr -d '\r' <"$log" | grep -cE '# Subtest: rdma_drain_hung_task$' || true)
+echo "stuck drains: $n_stuck lines for $n_faults fault suite runs (2 each) and $n_hung hung-task runs (1 each)"
+[ "$n_faults" -ge 1 ] && [ "$n_stuck" -eq $((2 * n_faults + n_hung)) ] || stuck_rc=1
+# Every refusal of ib_core's fault suite printed its line naming the
+# device, QP, queue, errno and reason (the WARNs are counted by the suite).
 refusal_rc=0
-for why in 'failed to drain recv queue: -22' 'failed to drain recv queue: -12' \
-	'cannot drain the recv queue: CQ 0 is not from ib_alloc_cq()' \
-	'cannot drain the recv queue: it is an SRQ'; do
+for why in 'send queue: -22: cannot move the QP to the error state' \
+	'recv queue: -22: cannot move the QP to the error state' \
+	'recv queue: -12: cannot post the marker' \
+	'recv queue: -22: CQ 0 is not from ib_alloc_cq()' \
+	'recv queue: -22: its receives come from an SRQ, drain it with ib_drain_qp()' \
+	'recv queue: -22: no CQ' \
+	'shared recv queue: -22: cannot move the QP to the error state'; do
 	# No grep -q in a pipe: under pipefail, tr's SIGPIPE would fail it.
-	tr -d '\r' <"$log" | grep -F "ib_core: fake0: QP 0x42: $why" >/dev/null || refusal_rc=1
+	tr -d '\r' <"$log" | grep -F "ib_core: fake0: QP 0x42: failed to drain $why" >/dev/null || {
+		echo "refusal line not found: $why"
+		refusal_rc=1
+	}
 done
 checks=("check_symbols=$sym_rc" "all_vcpus_up=$cpu_rc" "stuck_drain_reported=$stuck_rc"
 	"refusals_reported=$refusal_rc")
@@ -50,6 +62,14 @@ if grep -qx 'CONFIG_KASAN=y' "$CACHE/build-$flavour/.config"; then
 	hung_rc=0
 	tr -d '\r' <"$log" | grep -A 40 'blocked for more than' | grep 'ib_drain_rq' >/dev/null || hung_rc=1
 	checks+=("hung_task_names_the_drain=$hung_rc")
+fi
+# The debug kernel calls one drain in atomic context: might_sleep() must
+# report it, at its line in drain.rs, with ib_drain_rq() on the stack.
+if grep -qx 'CONFIG_DEBUG_ATOMIC_SLEEP=y' "$CACHE/build-$flavour/.config"; then
+	sleep_rc=0
+	tr -d '\r' <"$log" | grep -A 40 'BUG: sleeping function called from invalid context at drivers/infiniband/core/drain.rs:' |
+		grep 'ib_drain_rq' >/dev/null || sleep_rc=1
+	checks+=("might_sleep_names_the_drain=$sleep_rc")
 fi
 # Every suite this flavour must report, with its least number of cases and
 # runs (with INFINIBAND=m, ib_core's and the rxe suites run again after the

@@ -14,22 +14,26 @@
 //!
 //! A full CQ drops completions, the marker's too (rxe raises a CQ error
 //! event): no drain can then finish, and returning would free the marker under
-//! the provider, so the drain keeps waiting, as the C drain does, and the
-//! marker's watchdog reports it every few seconds without waking it (no WARN:
-//! `panic_on_warn` must not turn a slow provider into a crash). Rust callers
-//! cannot get there: `kernel::infiniband::OwnedQp` reserves CQ room for its
-//! queues and their markers, and refuses posts beyond a queue's depth.
+//! the provider, so the drain keeps waiting, as the C drain does. After
+//! [`STUCK_REPORT_SECS`] it prints one line naming the device, QP, queue and
+//! CQ (no WARN: `panic_on_warn` must not turn a slow provider into a crash),
+//! then sleeps on untimed, so that the hung-task detector reports it as it
+//! reports the C drain. Rust callers cannot get there:
+//! `kernel::infiniband::OwnedQp` reserves CQ room for its queues and their
+//! markers, and refuses posts beyond a queue's depth.
 //!
-//! A drain that cannot start is refused: a rate-limited line, and one WARN
-//! per reason, as the C drain's `WARN_ONCE()`s.
+//! A drain whose contract is broken is refused, as C's `WARN_ONCE()`s do, and
+//! where C would hang or crash: the QP is moved to the error state first, as
+//! C does, and no marker is posted that could not be waited for. The first
+//! refusal of each queue and reason WARNs, after a line naming the device,
+//! QP, reason and errno; later ones print that line through the kernel's rate
+//! limiter.
 
 use kernel::infiniband::{DrainMarker, PollContext, Qp, RecvQueue, WorkQueue, STUCK_REPORT_SECS};
 use kernel::prelude::*;
 use kernel::processor::cpu_relax;
-use kernel::sync::{
-    atomic::{Atomic, Relaxed},
-    SetOnce,
-};
+use kernel::sync::atomic::{Atomic, Relaxed};
+use kernel::task::might_sleep;
 use kernel::time::{delay::fsleep, msecs_to_jiffies, Delta, Instant, Monotonic};
 use pin_init::stack_pin_init;
 
@@ -63,6 +67,7 @@ const DIRECT_SLEEP_MAX_US: i64 = 16_384;
 /// until this returns.
 #[export]
 pub unsafe extern "C" fn ib_drain_rq(qp: *mut kernel::bindings::ib_qp) {
+    might_sleep();
     // SAFETY: The caller guarantees a valid QP and exclusive posting.
     let mut rq = unsafe { Qp::from_raw(qp).recv_queue() };
     drain(&mut rq);
@@ -76,6 +81,7 @@ pub unsafe extern "C" fn ib_drain_rq(qp: *mut kernel::bindings::ib_qp) {
 /// this returns.
 #[export]
 pub unsafe extern "C" fn ib_drain_sq(qp: *mut kernel::bindings::ib_qp) {
+    might_sleep();
     // SAFETY: The caller guarantees a valid QP and exclusive posting.
     let mut sq = unsafe { Qp::from_raw(qp).send_queue() };
     drain(&mut sq);
@@ -88,6 +94,7 @@ pub unsafe extern "C" fn ib_drain_sq(qp: *mut kernel::bindings::ib_qp) {
 /// As for [`ib_drain_rq`] and [`ib_drain_sq`] together.
 #[export]
 pub unsafe extern "C" fn ib_drain_qp(qp: *mut kernel::bindings::ib_qp) {
+    might_sleep();
     // SAFETY: The caller guarantees a valid QP and exclusive posting.
     let (mut sq, mut rq) = unsafe {
         let qp = Qp::from_raw(qp);
@@ -114,30 +121,32 @@ fn drain<'a, Q: WorkQueue<'a>>(q: &mut Q) {
 
 fn drain_generic<'a, Q: WorkQueue<'a>>(q: &mut Q) {
     let qp = q.qp();
-    // The C drain would move the QP to the error state and then fail to post.
-    if q.is_shared() {
-        refuse(qp, Q::NAME, Refusal::OnSrq);
+    // As C: the error state first, whatever is refused after it.
+    if let Err(e) = qp.set_error_state() {
+        refuse(qp, Q::NAME, Why::Modify, e);
         return;
     }
+    // C's post would fail: no queue of its own to post a marker on.
+    if q.is_shared() {
+        refuse(qp, Q::NAME, Why::OnSrq, EINVAL);
+        return;
+    }
+    // C would dereference a NULL CQ.
     let Some(cq) = q.cq() else {
-        refuse(qp, Q::NAME, Refusal::NoCq);
+        refuse(qp, Q::NAME, Why::NoCq, EINVAL);
         return;
     };
     // The marker's completion must reach `DrainMarker`'s `done`, which only
-    // ib_alloc_cq() CQs call; the C drain would wait forever here.
+    // ib_alloc_cq() CQs call; C would post and wait forever.
     if !cq.calls_cqe_done() {
-        refuse(qp, Q::NAME, Refusal::CqNotAllocated(cq.id()));
-        return;
-    }
-    if let Err(e) = qp.set_error_state() {
-        refuse(qp, Q::NAME, Refusal::Modify(e));
+        refuse(qp, Q::NAME, Why::CqNotAllocated(cq.id()), EINVAL);
         return;
     }
 
     stack_pin_init!(let marker = DrainMarker::new());
     // SAFETY: The caller of `ib_drain_*()` keeps the C drain's contract.
     if let Err(e) = unsafe { q.post_marker(marker.as_ref()) } {
-        refuse(qp, Q::NAME, Refusal::Post(e));
+        refuse(qp, Q::NAME, Why::Post, e);
         return;
     }
 
@@ -159,8 +168,9 @@ fn drain_generic<'a, Q: WorkQueue<'a>>(q: &mut Q) {
 /// the post, so the CQ is polled in a loop for [`DIRECT_SPIN`] (longer while
 /// the flush is landing), then after sleeps of [`DIRECT_SLEEP_MIN_US`] for
 /// [`DIRECT_SHORT_SLEEPS`], then with back-off, instead of in 100 ms slices
-/// like C. It does not spin longer: the flush may wait for this very CPU. The
-/// watchdog cannot see this wait: it reports itself.
+/// like C. It does not spin longer: the flush may wait for this very CPU.
+/// After [`STUCK_REPORT_SECS`] it prints the line [`DrainMarker::wait`] prints,
+/// once, and polls on as C does.
 ///
 /// # Safety
 ///
@@ -169,7 +179,8 @@ fn drain_generic<'a, Q: WorkQueue<'a>>(q: &mut Q) {
 unsafe fn reap_direct<'a, Q: WorkQueue<'a>>(q: &mut Q, marker: &DrainMarker) {
     let start = Instant::<Monotonic>::now();
     let mut sleep_us = DIRECT_SLEEP_MIN_US;
-    let mut reported_s = 0;
+    let stuck = Delta::from_secs(STUCK_REPORT_SECS.into());
+    let mut reported = false;
     loop {
         // SAFETY: The caller guarantees that the CQ may be reaped here.
         let reaped = unsafe { q.poll_cq() };
@@ -187,10 +198,9 @@ unsafe fn reap_direct<'a, Q: WorkQueue<'a>>(q: &mut Q, marker: &DrainMarker) {
         if waited >= DIRECT_SHORT_SLEEPS {
             sleep_us = (sleep_us * 2).min(DIRECT_SLEEP_MAX_US);
         }
-        let waited_s = waited.as_millis() / 1000;
-        if waited_s >= reported_s + i64::from(STUCK_REPORT_SECS) {
-            reported_s = waited_s - waited_s % i64::from(STUCK_REPORT_SECS);
-            marker.report_waiting(u32::try_from(waited_s).unwrap_or(u32::MAX));
+        if !reported && waited >= stuck {
+            reported = true;
+            marker.report_waiting(STUCK_REPORT_SECS);
         }
     }
 }
@@ -202,104 +212,81 @@ fn keep_spinning(spun: Delta, reaped: i32) -> bool {
     spun < DIRECT_SPIN || (reaped > 0 && spun < DIRECT_SPIN_MAX)
 }
 
-/// Why a drain could not start. Each reason WARNs once, as the C drain's
-/// `WARN_ONCE()`s do, and every refusal prints a rate-limited line.
+/// Why a drain was refused. With the queue, one of C's `WARN_ONCE()` sites
+/// (send, recv and shared recv queue: modify, post, no CQ), or a case where
+/// C would hang (a CQ not from `ib_alloc_cq()`) or post in vain (an SRQ).
 #[derive(Clone, Copy)]
-enum Refusal {
+enum Why {
+    Modify,
     OnSrq,
     NoCq,
     CqNotAllocated(u32),
-    Modify(Error),
-    Post(Error),
-    SrqModify(Error),
-    SrqNoCq,
+    Post,
 }
 
-/// Refuses a drain that cannot start: a rate-limited line naming the device
-/// and QP, and one WARN per reason.
-fn refuse(qp: &Qp, queue: &str, why: Refusal) {
-    if let Some(missed) = RATELIMIT.allow() {
-        let name = qp.device().name();
-        let qpn = qp.qp_num();
-        if missed > 0 {
-            pr_warn!("{missed} drain refusals not reported\n");
+impl Why {
+    const COUNT: usize = 5;
+
+    fn index(self) -> usize {
+        match self {
+            Why::Modify => 0,
+            Why::OnSrq => 1,
+            Why::NoCq => 2,
+            Why::CqNotAllocated(_) => 3,
+            Why::Post => 4,
         }
-        match why {
-            Refusal::OnSrq => pr_warn!(
-                "{name}: QP {qpn:#x}: cannot drain the {queue} queue: it is an SRQ, drain the QP with ib_drain_qp()\n"
-            ),
-            Refusal::NoCq => {
-                pr_warn!("{name}: QP {qpn:#x}: cannot drain the {queue} queue: no CQ\n")
-            }
-            Refusal::CqNotAllocated(id) => pr_warn!(
-                "{name}: QP {qpn:#x}: cannot drain the {queue} queue: CQ {id} is not from ib_alloc_cq()\n"
-            ),
-            Refusal::Modify(e) => pr_warn!(
-                "{name}: QP {qpn:#x}: failed to drain {queue} queue: {}\n",
-                e.to_errno()
-            ),
-            Refusal::Post(e) => pr_warn!(
-                "{name}: QP {qpn:#x}: failed to drain {queue} queue: {}\n",
-                e.to_errno()
-            ),
-            Refusal::SrqModify(e) => pr_warn!(
-                "{name}: QP {qpn:#x}: failed to drain shared recv queue: {}\n",
-                e.to_errno()
-            ),
-            Refusal::SrqNoCq => {
-                pr_warn!("{name}: QP {qpn:#x}: cannot drain: no CQ associated with its SRQ\n")
-            }
-        }
-    }
-    // One flag per reason: a WARN_ONCE() each, as in C.
-    match why {
-        Refusal::OnSrq => kernel::do_once_lite! { kernel::warn_on!(true); },
-        Refusal::NoCq => kernel::do_once_lite! { kernel::warn_on!(true); },
-        Refusal::CqNotAllocated(_) => kernel::do_once_lite! { kernel::warn_on!(true); },
-        Refusal::Modify(_) => kernel::do_once_lite! { kernel::warn_on!(true); },
-        Refusal::Post(_) => kernel::do_once_lite! { kernel::warn_on!(true); },
-        Refusal::SrqModify(_) => kernel::do_once_lite! { kernel::warn_on!(true); },
-        Refusal::SrqNoCq => kernel::do_once_lite! { kernel::warn_on!(true); },
     }
 }
 
-/// At most `BURST` refusal lines every `INTERVAL_MS`, as printk's default
-/// rate limit (`DEFAULT_RATELIMIT_INTERVAL`, `DEFAULT_RATELIMIT_BURST`).
-struct RateLimit {
-    start: SetOnce<Instant<Monotonic>>,
-    window: Atomic<i64>,
-    printed: Atomic<u32>,
-    missed: Atomic<u32>,
+impl kernel::fmt::Display for Why {
+    fn fmt(&self, f: &mut kernel::fmt::Formatter<'_>) -> kernel::fmt::Result {
+        match self {
+            Why::Modify => f.write_str("cannot move the QP to the error state"),
+            Why::OnSrq => f.write_str("its receives come from an SRQ, drain it with ib_drain_qp()"),
+            Why::NoCq => f.write_str("no CQ"),
+            Why::CqNotAllocated(id) => write!(f, "CQ {id} is not from ib_alloc_cq()"),
+            Why::Post => f.write_str("cannot post the marker"),
+        }
+    }
 }
 
-static RATELIMIT: RateLimit = RateLimit {
-    start: SetOnce::new(),
-    window: Atomic::new(0),
-    printed: Atomic::new(0),
-    missed: Atomic::new(0),
-};
+/// The queues a drain refuses, as its messages name them.
+const QUEUES: [&str; 3] = ["send", "recv", "shared recv"];
 
-impl RateLimit {
-    const INTERVAL_MS: i64 = 5_000;
-    const BURST: u32 = 10;
+/// Which site (queue and reason) has WARNed: each does once, as C's.
+static WARNED: [Atomic<bool>; QUEUES.len() * Why::COUNT] =
+    [const { Atomic::new(false) }; QUEUES.len() * Why::COUNT];
 
-    /// Returns `Some(lines missed since the last one)` if a line may be
-    /// printed now. Approximate under races, like printk's.
-    fn allow(&self) -> Option<u32> {
-        self.start.populate(Instant::now());
-        let window = self
-            .start
-            .as_ref()
-            .map_or(0, |t| t.elapsed().as_millis() / Self::INTERVAL_MS);
-        if self.window.xchg(window, Relaxed) != window {
-            self.printed.store(0, Relaxed);
-        }
-        if self.printed.fetch_add(1, Relaxed) < Self::BURST {
-            Some(self.missed.xchg(0, Relaxed))
-        } else {
-            self.missed.add(1, Relaxed);
-            None
-        }
+extern "C" {
+    /// The limit of refusal lines after the first of each site, printk's
+    /// default (`DEFINE_RATELIMIT_STATE` in verbs.c).
+    static mut ib_drain_ratelimit: kernel::bindings::ratelimit_state;
+}
+
+/// Refuses a drain: a line naming the device, QP, queue, reason and errno,
+/// and a WARN the first time for this queue and reason; later refusals print
+/// the line through the kernel's rate limiter, and do not WARN.
+fn refuse(qp: &Qp, queue: &str, why: Why, err: Error) {
+    let q = QUEUES.iter().position(|&n| n == queue).unwrap_or(0);
+    let first = !WARNED[q * Why::COUNT + why.index()].xchg(true, Relaxed);
+    if first || ratelimit() {
+        pr_warn!(
+            "{}: QP {:#x}: failed to drain {queue} queue: {}: {why}\n",
+            qp.device().name(),
+            qp.qp_num(),
+            err.to_errno()
+        );
+    }
+    kernel::warn_on!(first);
+}
+
+/// Whether the kernel's rate limiter lets another refusal line through.
+fn ratelimit() -> bool {
+    // SAFETY: verbs.c defines the state, initialized; `___ratelimit()` takes
+    // its lock. The name is a NUL-terminated static string.
+    unsafe {
+        kernel::bindings::___ratelimit(&raw mut ib_drain_ratelimit, c"ib_drain".as_ptr().cast())
+            != 0
     }
 }
 
@@ -308,11 +295,11 @@ impl RateLimit {
 fn drain_srq(rq: &mut RecvQueue<'_>) {
     let qp = rq.qp();
     if let Err(e) = qp.set_error_state() {
-        refuse(qp, "recv", Refusal::SrqModify(e));
+        refuse(qp, "shared recv", Why::Modify, e);
         return;
     }
     let Some(cq) = rq.srq_cq() else {
-        refuse(qp, "recv", Refusal::SrqNoCq);
+        refuse(qp, "shared recv", Why::NoCq, EINVAL);
         return;
     };
     if qp.wait_last_wqe_reached(msecs_to_jiffies(60_000)) {

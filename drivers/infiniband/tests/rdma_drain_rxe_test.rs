@@ -10,6 +10,7 @@
 use core::sync::atomic::{AtomicI32, Ordering};
 use kernel::infiniband::{
     drain_rq_concurrently, Cqe, GidAttr, OwnedCq, OwnedQp, OwnedSrq, Pd, PollContext, QpConfig,
+    QpState,
 };
 use kernel::sync::{Arc, Completion};
 use kernel::time::{delay::fsleep, Delta};
@@ -175,6 +176,8 @@ struct SrqDrain {
     /// `ib_drain_rq()` on it was refused with at most one WARN (C's
     /// `WARN_ONCE()`: ib_core's fault suite may have used it up).
     refused_warned_at_most_once: bool,
+    /// The QP's state after that refusal: the error state, as C leaves it.
+    state_after_refusal: QpState,
     /// The SRQ's (received, flushed, other) counts when `ib_drain_qp()` returned.
     counts: (u32, u32, u32),
     /// Whether the QP had had its Last WQE Reached event by then.
@@ -184,9 +187,9 @@ struct SrqDrain {
 }
 
 /// A QP `b` on an SRQ of `r` receives, whose CQ is polled in `ctx`,
-/// connected to a plain QP `a`. `ib_drain_rq(b)` first: refused, and `b`
-/// stays usable. Then `a` sends `k` zero-length messages, and once they are
-/// acknowledged `ib_drain_qp(b)` takes the SRQ path.
+/// connected to a plain QP `a`. `a` sends `k` zero-length messages; once
+/// they are acknowledged, `ib_drain_rq(b)` is refused (in the error state,
+/// as C leaves it), and `ib_drain_qp(b)` takes the SRQ path.
 fn srq_case(ctx: PollContext, k: u32, r: u32) -> Result<SrqDrain> {
     let dev = rxe()?;
     let gid = GidAttr::find(&dev, 1, GidAttr::is_ipv4)?;
@@ -212,12 +215,13 @@ fn srq_case(ctx: PollContext, k: u32, r: u32) -> Result<SrqDrain> {
     for _ in 0..r {
         srq.post()?;
     }
-    let refused_warnings = kunit::count_warnings(|| b.drain_rq());
-    let again = kunit::count_warnings(|| b.drain_rq());
     for _ in 0..k {
         a.sq().post_send(sent.as_ref())?;
     }
     wait_for_successes(&sent, k)?;
+    let refused_warnings = kunit::count_warnings(|| b.drain_rq());
+    let again = kunit::count_warnings(|| b.drain_rq());
+    let state_after_refusal = b.state()?;
     b.drain();
     let counts = srq.handler().counts();
     // The core wakes the drain before it calls the QP's own event handler,
@@ -225,6 +229,7 @@ fn srq_case(ctx: PollContext, k: u32, r: u32) -> Result<SrqDrain> {
     wait_until(1000, || b.last_wqe_events() > 0);
     Ok(SrqDrain {
         refused_warned_at_most_once: matches!(refused_warnings, Some(0 | 1)) && again == Some(0),
+        state_after_refusal,
         counts,
         last_wqe_reached: b.last_wqe_events() > 0,
         left_on_srq: srq.outstanding(),
@@ -455,15 +460,16 @@ mod tests {
     }
 
     /// A QP on an SRQ, in every poll context: `ib_drain_rq()` is refused
-    /// before it touches the QP (8 sends still arrive afterwards), and
-    /// `ib_drain_qp()` returns after the Last WQE Reached event with the 8
-    /// receives consumed; the 24 unused ones stay on the SRQ.
+    /// and leaves the QP in the error state, as C does; `ib_drain_qp()`
+    /// returns after the Last WQE Reached event with the 8 receives
+    /// consumed; the 24 unused ones stay on the SRQ.
     #[test]
     fn qp_on_an_srq_is_drained_by_drain_qp() -> Result {
         for ctx in CONTEXTS {
             let got = srq_case(ctx, 8, 32)?;
             let want = SrqDrain {
                 refused_warned_at_most_once: true,
+                state_after_refusal: QpState::Err,
                 counts: (8, 0, 0),
                 last_wqe_reached: true,
                 left_on_srq: 24,
@@ -484,8 +490,9 @@ mod fault_tests {
     use super::*;
 
     /// rxe refuses RESET -> ERR: the drain of a QP never taken to INIT
-    /// returns, with nothing posted, and WARNs at most once for the reason
-    /// (C's `WARN_ONCE()`; ib_core's own fault suite may have used it up).
+    /// returns, with nothing posted and the QP left in RESET, and WARNs at
+    /// most once per queue (C's `WARN_ONCE()` per queue; ib_core's own
+    /// fault suite may have used them up).
     #[test]
     fn drain_of_a_qp_in_reset_warns_and_returns() -> Result {
         let dev = rxe()?;
@@ -497,9 +504,12 @@ mod fault_tests {
         };
         let mut qp = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
         let rq = kunit::count_warnings(|| qp.drain_rq());
+        let rq_again = kunit::count_warnings(|| qp.drain_rq());
         let sq = kunit::count_warnings(|| qp.drain_sq());
         assert!(matches!(rq, Some(0 | 1)));
-        assert_eq!(sq, Some(0));
+        assert_eq!(rq_again, Some(0));
+        assert!(matches!(sq, Some(0 | 1)));
+        assert_eq!(qp.state()?, QpState::Reset);
         Ok(())
     }
 

@@ -6,27 +6,23 @@
 //! waits until the consumer has reaped its completion. Completions are reaped
 //! in order, so by then every earlier completion has been consumed.
 //!
-//! A drain that waits too long must say so, but it must still sleep as the C
-//! drain does: untimed and uninterruptible, so that the hung-task detector
-//! (and `hung_task_panic`) sees it exactly as it would see the C drain, and
-//! without a WARN, which `panic_on_warn` would turn into a crash of a machine
-//! whose provider is merely slow. So the waiter never wakes for a report: one
-//! watchdog, which runs only while drains wait, prints the reports of those
-//! that wait long, from what their markers recorded when they were posted.
+//! A drain that waits too long says so once, then sleeps on as the C drain
+//! does: untimed and uninterruptible, so that the hung-task detector (and
+//! `hung_task_panic`) sees it exactly as it would see the C drain. The line is
+//! not a WARN: `panic_on_warn` must not turn a slow provider into a crash.
 
 use super::DeviceName;
 use crate::{
     bindings, container_of,
     prelude::*,
     print::{call_printk, format_strings},
-    sync::{Arc, Completion, SetOnce, SpinLock},
+    sync::Completion,
     time::msecs_to_jiffies,
     types::Opaque,
-    workqueue::{self, impl_has_delayed_work, new_delayed_work, DelayedWork, WorkItem},
 };
 use core::cell::Cell;
 
-/// How long a drain waits before it is reported, and how often after.
+/// How long a drain waits before it is reported, once.
 pub const STUCK_REPORT_SECS: u32 = 5;
 
 /// What a posted marker drains, for its reports.
@@ -49,10 +45,7 @@ pub(crate) struct Drained {
 ///
 /// # Invariants
 ///
-/// `cqe.done` is [`DrainMarker::done_callback`]. `link` is on the watchdog's
-/// list only while [`DrainMarker::wait`] runs. Meanwhile the watchdog reads
-/// `drained` (set before, under the watchdog's lock) and uses `ticks`, under
-/// that lock; the waiter only sleeps.
+/// `cqe.done` is [`DrainMarker::done_callback`].
 ///
 /// # Examples
 ///
@@ -78,11 +71,6 @@ pub struct DrainMarker {
     state: Cell<State>,
     /// What the marker drains, set when it is posted.
     drained: Cell<Option<Drained>>,
-    /// Its place on the watchdog's list while a drain waits on it.
-    #[pin]
-    link: Opaque<bindings::list_head>,
-    /// Watchdog ticks waited so far (under the watchdog's lock).
-    ticks: Cell<u32>,
 }
 
 /// Where a marker is in its one use.
@@ -101,7 +89,7 @@ impl DrainMarker {
     #[inline]
     pub fn new() -> impl PinInit<Self> {
         // INVARIANT: `cqe.done` is set to `done_callback` here and never
-        // changed; `link` is on no list.
+        // changed.
         pin_init!(Self {
             cqe: Opaque::new(bindings::ib_cqe {
                 done: Some(Self::done_callback),
@@ -109,11 +97,6 @@ impl DrainMarker {
             done <- Completion::new(),
             state: Cell::new(State::Fresh),
             drained: Cell::new(None),
-            link <- Opaque::ffi_init(|p| {
-                // SAFETY: `p` is valid for writes; the head is pinned from now on.
-                unsafe { bindings::INIT_LIST_HEAD(p) }
-            }),
-            ticks: Cell::new(0),
         })
     }
 
@@ -186,164 +169,22 @@ impl DrainMarker {
     }
 
     /// Waits, however long it takes, until the marker's completion has been
-    /// reaped; the watchdog reports the wait every [`STUCK_REPORT_SECS`].
-    /// Returns at once if the marker is not posted.
+    /// reaped. Returns at once if the marker is not posted.
     ///
-    /// The task sleeps uninterruptibly and is not woken before the marker
-    /// completes, as in the C drain.
+    /// After [`STUCK_REPORT_SECS`] it prints one line naming the device, QP,
+    /// queue and CQ, then sleeps on untimed and uninterruptibly, as the C
+    /// drain does from the start.
     #[inline]
     pub fn wait(self: Pin<&Self>) {
         if self.state.get() != State::Posted {
             return;
         }
-        match Watchdog::get() {
-            Some(dog) => {
-                dog.add(self);
-                self.done.wait_for_completion();
-                dog.remove(self);
-            }
-            None => {
-                // No watchdog (it could not be allocated): report once from
-                // here, then sleep untimed like the C drain.
-                let every = msecs_to_jiffies(STUCK_REPORT_SECS * 1000);
-                if !self.done.wait_for_completion_timeout(every) {
-                    self.report_waiting(STUCK_REPORT_SECS);
-                    self.done.wait_for_completion();
-                }
-            }
+        let stuck = msecs_to_jiffies(STUCK_REPORT_SECS * 1000);
+        if !self.done.wait_for_completion_timeout(stuck) {
+            self.report_waiting(STUCK_REPORT_SECS);
+            self.done.wait_for_completion();
         }
         self.state.set(State::Reaped);
-    }
-}
-
-/// How often the watchdog looks at the waiting drains, in milliseconds.
-const WATCHDOG_TICK_MS: u32 = 1_000;
-
-/// Reports drains that have waited long on their markers. Runs once a tick
-/// while any drain waits, and not at all otherwise, on the power-efficient
-/// system queue (it is housekeeping).
-///
-/// # Invariants
-///
-/// `waiting` is a list of the `link`s of pinned, live markers, changed only
-/// with `armed`'s lock held: a marker is added by its waiter and taken off by
-/// the same waiter before the waiter returns.
-#[pin_data]
-struct Watchdog {
-    /// The watchdog will run (again); its lock protects `waiting` too.
-    #[pin]
-    armed: SpinLock<bool>,
-    #[pin]
-    waiting: Opaque<bindings::list_head>,
-    #[pin]
-    work: DelayedWork<Watchdog>,
-}
-
-// SAFETY: The list is only touched with the lock held, from whichever task
-// holds it; the markers on it are only read through `Sync` fields or under
-// that lock.
-unsafe impl Send for Watchdog {}
-
-// SAFETY: See `Send`.
-unsafe impl Sync for Watchdog {}
-
-impl_has_delayed_work! {
-    impl HasDelayedWork<Self> for Watchdog { self.work }
-}
-
-/// The one watchdog, allocated by the first drain that waits.
-static WATCHDOG: SetOnce<Arc<Watchdog>> = SetOnce::new();
-
-// Never inlined, unlike the rest of this module: the watchdog outlives the
-// drains, so its work function must be in vmlinux, not in the module (ib_core,
-// or a ULP) whose drain happened to create it.
-impl Watchdog {
-    #[inline(never)]
-    fn get() -> Option<&'static Arc<Watchdog>> {
-        if let Some(dog) = WATCHDOG.as_ref() {
-            return Some(dog);
-        }
-        let dog = Arc::pin_init(
-            pin_init!(Self {
-                armed <- crate::new_spinlock!(false),
-                waiting <- Opaque::ffi_init(|p| {
-                    // SAFETY: `p` is valid for writes; the head is pinned.
-                    unsafe { bindings::INIT_LIST_HEAD(p) }
-                }),
-                work <- new_delayed_work!("ib_drain_watchdog"),
-            }),
-            // Drains run in I/O error recovery, perhaps under memory pressure:
-            // no reclaim here. Without the watchdog, the drain reports itself
-            // once after a timed wait, and the next one tries again.
-            GFP_NOWAIT | __GFP_NOWARN,
-        )
-        .ok()?;
-        // A racing drain may have set it first (then this one is freed), or
-        // may still be setting it (then this drain does without).
-        WATCHDOG.populate(dog);
-        WATCHDOG.as_ref()
-    }
-
-    /// Puts `marker` on the list, and makes sure that the watchdog runs.
-    #[inline(never)]
-    fn add(self: &Arc<Self>, marker: Pin<&DrainMarker>) {
-        let mut armed = self.armed.lock();
-        marker.ticks.set(0);
-        // SAFETY: Both heads are valid and pinned; the lock is held. The
-        // marker's waiter takes it off (`remove`) before returning.
-        unsafe { bindings::list_add_tail(marker.link.get(), self.waiting.get()) };
-        if !*armed {
-            // Pending already or queued now: it runs either way.
-            let _ = workqueue::system_power_efficient()
-                .enqueue_delayed(self.clone(), msecs_to_jiffies(WATCHDOG_TICK_MS));
-            *armed = true;
-        }
-    }
-
-    /// Takes `marker` off the list.
-    #[inline(never)]
-    fn remove(&self, marker: Pin<&DrainMarker>) {
-        let _armed = self.armed.lock();
-        // SAFETY: The marker is on the list (`add`); the lock is held.
-        unsafe { bindings::list_del_init(marker.link.get()) };
-    }
-}
-
-impl WorkItem for Watchdog {
-    type Pointer = Arc<Watchdog>;
-
-    #[inline(never)]
-    fn run(this: Arc<Watchdog>) {
-        let mut armed = this.armed.lock();
-        let head = this.waiting.get();
-        // SAFETY: The lock is held, so the list and its markers stay as they
-        // are while it is walked.
-        let mut link = unsafe { (*head).next };
-        while link != head {
-            // SAFETY: Every entry but the head is the `link` of a live marker
-            // (type invariant); `Opaque<T>` is a transparent wrapper of `T`.
-            let marker = unsafe {
-                &*container_of!(
-                    link.cast::<Opaque<bindings::list_head>>(),
-                    DrainMarker,
-                    link
-                )
-            };
-            let ticks = marker.ticks.get() + 1;
-            marker.ticks.set(ticks);
-            let secs = ticks * WATCHDOG_TICK_MS / 1000;
-            if ticks % (STUCK_REPORT_SECS * 1000 / WATCHDOG_TICK_MS) == 0 {
-                marker.report_waiting(secs);
-            }
-            // SAFETY: As above.
-            link = unsafe { (*link).next };
-        }
-        // SAFETY: As above.
-        *armed = !unsafe { bindings::list_empty(head) };
-        if *armed {
-            let _ = workqueue::system_power_efficient()
-                .enqueue_delayed(this.clone(), msecs_to_jiffies(WATCHDOG_TICK_MS));
-        }
     }
 }
 

@@ -11,10 +11,9 @@
 //! and this crate is part of vmlinux, which cannot call into a module. So every
 //! function here that reaches ib_core is `#[inline]` or generic: it is compiled
 //! into the module that uses it (ib_core's own drain, or a ULP), never into
-//! vmlinux. What outlives its caller is the other way round: the drain
-//! watchdog and the workers of [`drain_rq_concurrently`] are
-//! `#[inline(never)]`, so that they stay in vmlinux and keep running when the
-//! module that started them is unloaded.
+//! vmlinux. What outlives its caller is the other way round: the workers of
+//! [`drain_rq_concurrently`] are `#[inline(never)]`, so that they stay in
+//! vmlinux and keep running when the module that started them is unloaded.
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
