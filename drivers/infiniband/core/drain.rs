@@ -29,7 +29,7 @@
 //! QP, reason and errno; later ones print that line through the kernel's rate
 //! limiter.
 
-use kernel::infiniband::{DrainMarker, PollContext, Qp, RecvQueue, WorkQueue, STUCK_REPORT_SECS};
+use kernel::infiniband::{DrainMarker, PollContext, Qp, RecvQueue, WorkQueue};
 use kernel::prelude::*;
 use kernel::processor::cpu_relax;
 use kernel::sync::atomic::{Atomic, Relaxed};
@@ -39,6 +39,9 @@ use pin_init::stack_pin_init;
 
 /// Prefix of this object's messages (it is part of ib_core, not a module of its own).
 const __LOG_PREFIX: &[u8] = b"ib_core\0";
+
+/// How long a drain waits before it says so, once.
+const STUCK_REPORT_SECS: u32 = 5;
 
 /// A direct CQ is polled without sleeping for this long after the post (a
 /// flush the provider has queued usually lands within it; a sleep would add
@@ -158,7 +161,25 @@ fn drain_generic<'a, Q: WorkQueue<'a>>(q: &mut Q) {
         unsafe { reap_direct(q, &marker) };
         return;
     }
-    marker.as_ref().wait();
+    let stuck = msecs_to_jiffies(STUCK_REPORT_SECS * 1000);
+    if !marker.as_ref().wait_timeout(stuck) {
+        report_stuck(&*q);
+        marker.as_ref().wait();
+    }
+}
+
+/// Says, once, that a drain of `q` has waited [`STUCK_REPORT_SECS`] for its
+/// marker. Not a WARN: `panic_on_warn` must not turn a slow provider into a
+/// crash.
+fn report_stuck<'a, Q: WorkQueue<'a>>(q: &Q) {
+    let qp = q.qp();
+    pr_warn!(
+        "{}: QP {:#x}: {} drain waiting for {STUCK_REPORT_SECS} s on CQ {}, marker not reaped yet\n",
+        qp.device().name(),
+        qp.qp_num(),
+        Q::NAME,
+        q.cq().map_or(0, |cq| cq.id())
+    );
 }
 
 /// Reaps a direct CQ until `marker`, posted on `q`, is done: nobody else
@@ -169,8 +190,8 @@ fn drain_generic<'a, Q: WorkQueue<'a>>(q: &mut Q) {
 /// the flush is landing), then after sleeps of [`DIRECT_SLEEP_MIN_US`] for
 /// [`DIRECT_SHORT_SLEEPS`], then with back-off, instead of in 100 ms slices
 /// like C. It does not spin longer: the flush may wait for this very CPU.
-/// After [`STUCK_REPORT_SECS`] it prints the line [`DrainMarker::wait`] prints,
-/// once, and polls on as C does.
+/// After [`STUCK_REPORT_SECS`] it says so once, as a drain that sleeps does,
+/// and polls on as C does.
 ///
 /// # Safety
 ///
@@ -200,7 +221,7 @@ unsafe fn reap_direct<'a, Q: WorkQueue<'a>>(q: &mut Q, marker: &DrainMarker) {
         }
         if !reported && waited >= stuck {
             reported = true;
-            marker.report_waiting(STUCK_REPORT_SECS);
+            report_stuck(&*q);
         }
     }
 }
@@ -302,11 +323,18 @@ fn drain_srq(rq: &mut RecvQueue<'_>) {
         refuse(qp, "shared recv", Why::NoCq, EINVAL);
         return;
     };
+    // Polling runs each completion's `ib_cqe::done`: only CQs from
+    // ib_alloc_cq() have one. C would jump to whatever `wr_id` holds.
+    if !cq.calls_cqe_done() {
+        refuse(qp, "shared recv", Why::CqNotAllocated(cq.id()), EINVAL);
+        return;
+    }
     if qp.wait_last_wqe_reached(msecs_to_jiffies(60_000)) {
         let mut polled = 0;
         while polled < cq.capacity() {
-            // SAFETY: The C drain's contract for a QP on an SRQ: the caller
-            // lets the drain reap the SRQ's CQ, as C's ib_drain_srq() does.
+            // SAFETY: A CQ from ib_alloc_cq() (checked above), and the C
+            // drain's contract for a QP on an SRQ: the caller lets the drain
+            // reap the SRQ's CQ, as C's ib_drain_srq() does.
             let n = unsafe { rq.poll_srq_cq(cq, cq.capacity() - polled) };
             if n <= 0 {
                 break;

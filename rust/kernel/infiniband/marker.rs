@@ -6,42 +6,21 @@
 //! waits until the consumer has reaped its completion. Completions are reaped
 //! in order, so by then every earlier completion has been consumed.
 //!
-//! A drain that waits too long says so once, then sleeps on as the C drain
-//! does: untimed and uninterruptible, so that the hung-task detector (and
-//! `hung_task_panic`) sees it exactly as it would see the C drain. The line is
-//! not a WARN: `panic_on_warn` must not turn a slow provider into a crash.
+//! The drain waits for it untimed and uninterruptibly, as the C drain does,
+//! so that the hung-task detector (and `hung_task_panic`) sees a drain that
+//! never ends exactly as it would see the C drain.
 
-use super::DeviceName;
-use crate::{
-    bindings, container_of,
-    prelude::*,
-    print::{call_printk, format_strings},
-    sync::Completion,
-    time::msecs_to_jiffies,
-    types::Opaque,
-};
+use crate::{bindings, container_of, prelude::*, sync::Completion, time::Jiffies, types::Opaque};
 use core::cell::Cell;
-
-/// How long a drain waits before it is reported, once.
-pub const STUCK_REPORT_SECS: u32 = 5;
-
-/// What a posted marker drains, for its reports.
-#[derive(Clone, Copy)]
-pub(crate) struct Drained {
-    pub(crate) device: DeviceName,
-    pub(crate) qp_num: u32,
-    pub(crate) cq_id: u32,
-    pub(crate) queue: &'static str,
-}
 
 /// A drain marker: an `ib_cqe` whose `done` callback completes a [`Completion`].
 ///
 /// It is posted only through the queue's
-/// [`WorkQueue::post_marker`](super::WorkQueue::post_marker), which records
-/// what it drains. The provider keeps a pointer to the marker from then until
-/// its completion is reaped, so the marker is pinned, and dropping a posted
-/// marker waits for that completion first: it can never be freed while the
-/// provider may still touch it.
+/// [`WorkQueue::post_marker`](super::WorkQueue::post_marker). The provider
+/// keeps a pointer to the marker from then until its completion is reaped,
+/// so the marker is pinned, and dropping a posted marker waits for that
+/// completion first: it can never be freed while the provider may still
+/// touch it.
 ///
 /// # Invariants
 ///
@@ -69,8 +48,6 @@ pub struct DrainMarker {
     #[pin]
     done: Completion,
     state: Cell<State>,
-    /// What the marker drains, set when it is posted.
-    drained: Cell<Option<Drained>>,
 }
 
 /// Where a marker is in its one use.
@@ -96,7 +73,6 @@ impl DrainMarker {
             }),
             done <- Completion::new(),
             state: Cell::new(State::Fresh),
-            drained: Cell::new(None),
         })
     }
 
@@ -125,11 +101,9 @@ impl DrainMarker {
         (self.state.get() == State::Fresh).then(|| self.cqe.get())
     }
 
-    /// Records that the marker was posted to drain `drained`: from now on it
-    /// must complete.
+    /// Records that the marker was posted: from now on it must complete.
     #[inline]
-    pub(crate) fn set_posted(&self, drained: Drained) {
-        self.drained.set(Some(drained));
+    pub(crate) fn set_posted(&self) {
         self.state.set(State::Posted);
     }
 
@@ -144,46 +118,33 @@ impl DrainMarker {
         done
     }
 
-    /// Prints that the drain has waited `secs` seconds for this marker. Does
-    /// nothing if the marker was not posted.
+    /// Waits at most `timeout` until the marker's completion has been
+    /// reaped; returns `true` if it has, or if the marker is not posted.
+    ///
+    /// The task sleeps uninterruptibly, as in the C drain.
     #[inline]
-    pub fn report_waiting(&self, secs: u32) {
-        let Some(d) = self.drained.get() else {
-            return;
-        };
-        // SAFETY: A format string of `format_strings`, and a NUL-terminated
-        // prefix: the drain's messages are ib_core's, wherever this runs.
-        unsafe {
-            call_printk(
-                &format_strings::WARNING,
-                b"ib_core\0",
-                fmt!(
-                    "{}: QP {:#x}: {} drain waiting for {secs} s on CQ {}, marker not reaped yet\n",
-                    d.device,
-                    d.qp_num,
-                    d.queue,
-                    d.cq_id
-                ),
-            )
-        };
+    pub fn wait_timeout(self: Pin<&Self>, timeout: Jiffies) -> bool {
+        if self.state.get() != State::Posted {
+            return true;
+        }
+        let done = self.done.wait_for_completion_timeout(timeout);
+        if done {
+            self.state.set(State::Reaped);
+        }
+        done
     }
 
     /// Waits, however long it takes, until the marker's completion has been
     /// reaped. Returns at once if the marker is not posted.
     ///
-    /// After [`STUCK_REPORT_SECS`] it prints one line naming the device, QP,
-    /// queue and CQ, then sleeps on untimed and uninterruptibly, as the C
-    /// drain does from the start.
+    /// The task sleeps untimed and uninterruptibly, as in the C drain, so the
+    /// hung-task detector reports a wait that never ends.
     #[inline]
     pub fn wait(self: Pin<&Self>) {
         if self.state.get() != State::Posted {
             return;
         }
-        let stuck = msecs_to_jiffies(STUCK_REPORT_SECS * 1000);
-        if !self.done.wait_for_completion_timeout(stuck) {
-            self.report_waiting(STUCK_REPORT_SECS);
-            self.done.wait_for_completion();
-        }
+        self.done.wait_for_completion();
         self.state.set(State::Reaped);
     }
 }

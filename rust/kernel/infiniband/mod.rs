@@ -32,7 +32,7 @@ pub use concurrent::drain_rq_concurrently;
 pub use cq::{Cq, OwnedCq, PollContext};
 pub use cqe::{CompletionHandler, Cqe, WcStatus, WorkCompletion};
 pub use device::{Device, DeviceName, DeviceRef, GidAttr};
-pub use marker::{DrainMarker, STUCK_REPORT_SECS};
+pub use marker::DrainMarker;
 pub use owned_qp::{Mtu, OwnedQp, QpConfig, RcParams};
 pub use pd::Pd;
 pub use qp::{Qp, QpState, RecvQueue, SendQueue, WorkQueue};

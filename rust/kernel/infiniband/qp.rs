@@ -6,7 +6,7 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
-use super::{marker::Drained, slots::WrSlots, CompletionHandler, Cq, Cqe, Device, DrainMarker};
+use super::{slots::WrSlots, CompletionHandler, Cq, Cqe, Device, DrainMarker};
 use crate::{bindings, error::to_result, prelude::*, time::Jiffies, types::Opaque};
 
 /// A queue pair's state (`enum ib_qp_state`).
@@ -295,9 +295,8 @@ pub trait WorkQueue<'a>: private::Sealed {
     /// work request, and the CQ comes from `ib_alloc_cq()`.
     unsafe fn provider_drain(&mut self) -> bool;
 
-    /// Posts `marker` behind all outstanding work requests, and records what
-    /// it drains for the reports of a long wait. Fails with `EBUSY` if the
-    /// marker was posted before.
+    /// Posts `marker` behind all outstanding work requests. Fails with
+    /// `EBUSY` if the marker was posted before.
     ///
     /// # Safety
     ///
@@ -323,18 +322,6 @@ pub trait WorkQueue<'a>: private::Sealed {
             None => 0,
         }
     }
-}
-
-/// Records what `marker` drains, now that it is posted on `q`.
-#[inline]
-fn record_posted<'a, Q: WorkQueue<'a>>(q: &Q, marker: &DrainMarker) {
-    let qp = q.qp();
-    marker.set_posted(Drained {
-        device: qp.device().name(),
-        qp_num: qp.qp_num(),
-        cq_id: q.cq().map_or(0, |cq| cq.id()),
-        queue: Q::NAME,
-    });
 }
 
 /// The right to post receive work requests on a QP.
@@ -426,7 +413,7 @@ impl<'a> WorkQueue<'a> for RecvQueue<'a> {
         // posted, is not dropped before its completion (`DrainMarker`'s drop).
         // By the type invariant nobody else posts receives now.
         to_result(unsafe { bindings::ib_post_recv(self.qp.as_raw(), &wr, core::ptr::null_mut()) })?;
-        record_posted(self, &marker);
+        marker.set_posted();
         Ok(())
     }
 }
@@ -567,7 +554,7 @@ impl<'a> WorkQueue<'a> for SendQueue<'a> {
         to_result(unsafe {
             bindings::ib_post_send(self.qp.as_raw(), &wr.wr, core::ptr::null_mut())
         })?;
-        record_posted(self, &marker);
+        marker.set_posted();
         Ok(())
     }
 }
