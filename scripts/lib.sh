@@ -59,19 +59,66 @@ run_logged() {
 	"$@" >"$log" 2>&1
 }
 
-# Hash of everything in the repo that goes into the kernel tree.
-# copy_series_files PATCH DIR: copy the new files that patches/series gives
-# to PATCH (a file name in patches/) to the same paths under DIR.
-copy_series_files() {
-	local path f
-	for path in $(awk -F': ' -v n="$1" '$1 == n { print $2 }' "$TOP/patches/series"); do
-		(cd "$TOP" && find "$path" -type f) | while read -r f; do
-			mkdir -p "$2/$(dirname "$f")"
-			cp "$TOP/$f" "$2/$f"
-		done
+# The series' new files: patches/series gives each new kernel file (kept at
+# its final version, at its kernel path) to the patch that adds it. A later
+# patch may extend such a file with ordinary diff hunks (the ULP API adds to
+# rust/kernel/infiniband/qp.rs, for one). The file after patch K is then the
+# final version with the hunks of the patches after K for it reverse-applied,
+# last patch first; each later patch applies its hunks forward again.
+# prepare-tree.sh skips such hunks: it copies the final versions.
+
+# new_file_paths OVERLAY PATCH...: the paths that the PATCHes have hunks
+# for and that are new files of OVERLAY (there, not in the pristine tree).
+new_file_paths() {
+	local overlay=$1 f
+	shift
+	[ $# -gt 0 ] || return 0
+	for f in $(sed -n 's|^+++ b/||p' "$@" | LC_ALL=C sort -u); do
+		if [ -f "$overlay/$f" ] && [ ! -f "$CACHE/pristine/$f" ]; then
+			echo "$f"
+		fi
 	done
 }
 
+# copy_series_files PATCH DIR: copy the new files that patches/series gives
+# to PATCH (a file name in patches/) to the same paths under DIR, each as
+# it is after PATCH. Fails if a later patch's hunks do not reverse-apply.
+copy_series_files() {
+	local name=$1 dir=$2 path f p tmp
+	local -a later=()
+	for p in "$TOP"/patches/*.patch; do
+		if [[ $(basename "$p") > "$name" ]]; then later=("$p" "${later[@]}"); fi
+	done
+	tmp=$(mktemp -d)
+	for path in $(awk -F': ' -v n="$name" '$1 == n { print $2 }' "$TOP/patches/series"); do
+		[ -e "$TOP/$path" ] || die series "" "patches/series: no $path"
+		for f in $(cd "$TOP" && find "$path" -type f | LC_ALL=C sort); do
+			mkdir -p "$tmp/$(dirname "$f")" "$dir/$(dirname "$f")"
+			cp "$TOP/$f" "$tmp/$f"
+			for p in "${later[@]}"; do
+				grep -qxF "+++ b/$f" "$p" || continue
+				(cd "$tmp" && git apply -R --include="$f" "$p") || {
+					rm -rf "$tmp"
+					die series "" "$(basename "$p") does not reverse-apply to $f: the patch and the file disagree"
+				}
+			done
+			cp "$tmp/$f" "$dir/$f"
+		done
+	done
+	rm -rf "$tmp"
+}
+
+# apply_series_hunks PATCH DIR: apply the hunks of PATCH (a file name in
+# patches/) for new files of earlier patches to their copies under DIR.
+apply_series_hunks() {
+	local p=$TOP/patches/$1 f
+	local -a inc=()
+	for f in $(new_file_paths "$TOP" "$p"); do inc+=(--include="$f"); done
+	[ ${#inc[@]} = 0 ] || (cd "$2" && git apply "${inc[@]}" "$p") ||
+		die series "" "$1: its hunks for new files do not apply under $2"
+}
+
+# Hash of everything in the repo that goes into the kernel tree.
 overlay_hash() { # overlay_hash [DIR]: of the project's overlay, or of DIR
 	(cd "${1:-$TOP}" && { find rust drivers patches -type f 2>/dev/null || true; } |
 		LC_ALL=C sort | xargs sha256sum) | sha256sum | cut -c1-16

@@ -4,7 +4,9 @@
 # patches/series gives it), the test kernel and its modules build with
 # LLVM=1 and no compiler warning from a file of the series. One tree and
 # one build dir in the cache ($CACHE/bisect-src, $CACHE/build-bisect), so
-# each step after the first builds incrementally.
+# each step after the first builds incrementally. Each prefix has the new
+# files as they are after its last patch (copy_series_files and
+# apply_series_hunks in scripts/lib.sh).
 . "$(dirname "$0")/lib.sh"
 
 "$TOP/scripts/toolchain.sh"
@@ -23,6 +25,7 @@ k=0
 for name in "${series[@]}"; do
 	k=$((k + 1))
 	cp "$TOP/patches/$name" "$stage/patches/"
+	apply_series_hunks "$name" "$stage"
 	copy_series_files "$name" "$stage"
 	OVERLAY=$stage SRC_TREE=$tree "$TOP/scripts/prepare-tree.sh"
 	log=$CACHE/logs/patches-check-$k.log

@@ -2,7 +2,9 @@
 # Usage: scripts/patches.sh [OUTDIR]
 # Write the whole change as a git format-patch series against the pristine
 # tree: each patches/*.patch, together with the new files patches/series
-# assigns to it, becomes one commit. Then run checkpatch.pl on the series.
+# assigns to it, becomes one commit: a new file as it is after that patch,
+# which later patches may extend with hunks (copy_series_files in
+# scripts/lib.sh). Then run checkpatch.pl on the series.
 . "$(dirname "$0")/lib.sh"
 
 out=${1:-$TOP/out/patches}
@@ -42,6 +44,12 @@ for p in "$TOP"/patches/*.patch; do
 	author=$(sed -n 's/^Signed-off-by: //p' "$repo/.commitmsg" | head -n 1)
 	"${G[@]}" commit -q ${author:+--author="$author"} -F "$repo/.commitmsg"
 	rm -f "$repo/.commitmsg"
+done
+# The series ends with every new file at its version in the overlay.
+for path in $(sed -n 's/^[^#][^:]*: //p' "$TOP/patches/series"); do
+	for f in $(cd "$TOP" && find "$path" -type f); do
+		cmp -s "$TOP/$f" "$repo/$f" || die patches "" "the series ends with another $f than the overlay's"
+	done
 done
 
 rm -rf "$out"

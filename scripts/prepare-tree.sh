@@ -4,8 +4,11 @@
 # (OVERLAY=DIR and SRC_TREE=DIR take another overlay and tree; make
 # patches-check uses them for each prefix of the series):
 # new files from rust/ and drivers/ at their kernel paths, and patches/*.patch
-# for existing files. Updates are exact and incremental: only files whose
-# content changes are rewritten, so Kbuild rebuilds only what changed.
+# for existing files. The patches' hunks for new files of the overlay (a
+# later patch extending a file an earlier one adds, scripts/lib.sh) are
+# skipped: the overlay has those files at their final version. Updates are
+# exact and incremental: only files whose content changes are rewritten, so
+# Kbuild rebuilds only what changed.
 . "$(dirname "$0")/lib.sh"
 
 pristine=$CACHE/pristine src=${SRC_TREE:-$CACHE/src}
@@ -33,11 +36,14 @@ scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 shopt -s nullglob
 patches=("$OVERLAY"/patches/*.patch)
-: >"$scratch/files"
+new_file_paths "$OVERLAY" "${patches[@]}" >"$scratch/skip"
+skip=()
+while IFS= read -r f; do skip+=(--exclude="$f"); done <"$scratch/skip"
+: >"$scratch/all"
 for p in "${patches[@]}"; do
-	sed -n 's|^--- a/||p; s|^+++ b/||p' "$p" >>"$scratch/files"
+	sed -n 's|^--- a/||p; s|^+++ b/||p' "$p" >>"$scratch/all"
 done
-sort -u "$scratch/files" -o "$scratch/files"
+sort -u "$scratch/all" | { grep -vxF -f "$scratch/skip" || true; } >"$scratch/files"
 mkdir -p "$scratch/t"
 while IFS= read -r f; do
 	if [ -f "$pristine/$f" ]; then
@@ -46,7 +52,7 @@ while IFS= read -r f; do
 	fi
 done <"$scratch/files"
 for p in "${patches[@]}"; do
-	(cd "$scratch/t" && git apply --whitespace=nowarn "$p") >>"$log" 2>&1 ||
+	(cd "$scratch/t" && git apply --whitespace=nowarn "${skip[@]}" "$p") >>"$log" 2>&1 ||
 		die prepare-tree "$log" "patch $(basename "$p") does not apply to the pristine tree"
 done
 # Files patched last time but not now go back to pristine.
