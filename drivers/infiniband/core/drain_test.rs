@@ -830,15 +830,9 @@ mod fault_tests {
     /// C would post and wait forever: the marker's `done` is never called.
     #[test]
     fn cq_not_from_ib_alloc_cq_is_refused_in_the_error_state() -> Result {
-        let mut s = Setup::new(SOFTIRQ)?;
-        s.recv_cq.wc = null_mut();
-        let qp = s.qp();
-        // SAFETY: A valid fake QP; nothing else posts.
-        let warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
-        assert_eq!(warns, Some(1));
-        assert_eq!(FAKE.modify_calls.load(SeqCst), 1);
-        assert_eq!(FAKE.post_recv_calls.load(SeqCst), 0);
-        assert_eq!(s.state()?, QpState::Err);
+        // One WARN, one modify (to ERR), no post.
+        let refused = drain_rq_broken(|s| s.recv_cq.wc = null_mut())?;
+        assert_eq!(refused, (Some(1), 1, 0, QpState::Err));
         Ok(())
     }
 
@@ -846,30 +840,18 @@ mod fault_tests {
     /// to post its marker on: in the error state, as C leaves it, no post.
     #[test]
     fn drain_rq_of_a_qp_on_an_srq_is_refused_in_the_error_state() -> Result {
-        let mut s = Setup::new(SOFTIRQ)?;
-        s.qp.srq = &mut *s.srq;
-        let qp = s.qp();
-        // SAFETY: A valid fake QP; nothing else posts.
-        let warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
-        assert_eq!(warns, Some(1));
-        assert_eq!(FAKE.modify_calls.load(SeqCst), 1);
-        assert_eq!(FAKE.post_recv_calls.load(SeqCst), 0);
-        assert_eq!(s.state()?, QpState::Err);
+        // One WARN, one modify (to ERR), no post.
+        let refused = drain_rq_broken(|s| s.qp.srq = &mut *s.srq)?;
+        assert_eq!(refused, (Some(1), 1, 0, QpState::Err));
         Ok(())
     }
 
     /// No receive CQ: C would dereference NULL after the modify.
     #[test]
     fn drain_without_a_cq_is_refused_in_the_error_state() -> Result {
-        let mut s = Setup::new(SOFTIRQ)?;
-        s.qp.recv_cq = null_mut();
-        let qp = s.qp();
-        // SAFETY: A valid fake QP; nothing else posts.
-        let warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
-        assert_eq!(warns, Some(1));
-        assert_eq!(FAKE.modify_calls.load(SeqCst), 1);
-        assert_eq!(FAKE.post_recv_calls.load(SeqCst), 0);
-        assert_eq!(s.state()?, QpState::Err);
+        // One WARN, one modify (to ERR), no post.
+        let refused = drain_rq_broken(|s| s.qp.recv_cq = null_mut())?;
+        assert_eq!(refused, (Some(1), 1, 0, QpState::Err));
         Ok(())
     }
 
@@ -1008,6 +990,23 @@ mod might_sleep_tests {
         assert!(FAKE.posted_cqe.load(SeqCst).is_null());
         Ok(())
     }
+}
+
+/// Runs `ib_drain_rq()` on a fake QP that `setup` breaks; returns the WARNs
+/// it raised, the modifies and posts the provider saw, and the QP's state.
+fn drain_rq_broken(setup: fn(&mut Setup)) -> Result<(Option<u32>, u32, u32, QpState)> {
+    let mut s = Setup::new(SOFTIRQ)?;
+    setup(&mut s);
+    let qp = s.qp();
+    // SAFETY: A valid fake QP; nothing else posts.
+    let warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
+    let modifies = FAKE.modify_calls.load(SeqCst);
+    Ok((
+        warns,
+        modifies,
+        FAKE.post_recv_calls.load(SeqCst),
+        s.state()?,
+    ))
 }
 
 /// What [`late_marker_drain`] saw.
