@@ -67,13 +67,15 @@ const DIRECT_SLEEP_MAX_US: i64 = 16_384;
 /// # Safety
 ///
 /// `qp` must be a valid QP, and no other context may post receives on it
-/// until this returns.
+/// until this returns. The rest of the C drain's contract (room for the
+/// marker in the queue and its CQ; a direct CQ may be reaped here) is
+/// assumed, as C assumes it.
 #[export]
 pub unsafe extern "C" fn ib_drain_rq(qp: *mut kernel::bindings::ib_qp) {
     might_sleep();
-    // SAFETY: The caller guarantees a valid QP and exclusive posting.
-    let mut rq = unsafe { Qp::from_raw(qp).recv_queue() };
-    drain(&mut rq);
+    // SAFETY: The caller guarantees a valid QP and exclusive posting, and
+    // keeps the rest of the drain's contract.
+    unsafe { drain(&mut Qp::from_raw(qp).recv_queue()) };
 }
 
 /// Blocks until all send completions of `qp` have been consumed.
@@ -81,13 +83,12 @@ pub unsafe extern "C" fn ib_drain_rq(qp: *mut kernel::bindings::ib_qp) {
 /// # Safety
 ///
 /// `qp` must be a valid QP, and no other context may post sends on it until
-/// this returns.
+/// this returns. The rest as for [`ib_drain_rq`].
 #[export]
 pub unsafe extern "C" fn ib_drain_sq(qp: *mut kernel::bindings::ib_qp) {
     might_sleep();
-    // SAFETY: The caller guarantees a valid QP and exclusive posting.
-    let mut sq = unsafe { Qp::from_raw(qp).send_queue() };
-    drain(&mut sq);
+    // SAFETY: As in `ib_drain_rq`, for the send queue.
+    unsafe { drain(&mut Qp::from_raw(qp).send_queue()) };
 }
 
 /// Blocks until all completions of `qp`, send and receive, have been consumed.
@@ -98,31 +99,44 @@ pub unsafe extern "C" fn ib_drain_sq(qp: *mut kernel::bindings::ib_qp) {
 #[export]
 pub unsafe extern "C" fn ib_drain_qp(qp: *mut kernel::bindings::ib_qp) {
     might_sleep();
-    // SAFETY: The caller guarantees a valid QP and exclusive posting.
-    let (mut sq, mut rq) = unsafe {
+    // SAFETY: The caller guarantees a valid QP and exclusive posting on both
+    // queues, and keeps the rest of the drain's contract.
+    unsafe {
         let qp = Qp::from_raw(qp);
-        (qp.send_queue(), qp.recv_queue())
-    };
-    drain(&mut sq);
-    if rq.qp().has_srq() {
-        drain_srq(&mut rq);
-    } else {
-        drain(&mut rq);
+        drain(&mut qp.send_queue());
+        if qp.has_srq() {
+            drain_srq(&mut qp.recv_queue());
+        } else {
+            drain(&mut qp.recv_queue());
+        }
     }
 }
 
 /// Drains one work queue, with the provider's drain if it has one.
-fn drain<'a, Q: WorkQueue<'a>>(q: &mut Q) {
-    // SAFETY: The caller of `ib_drain_*()` keeps the C drain's contract.
+///
+/// # Safety
+///
+/// The C drain's contract: the queue and its CQ have room for the marker, and
+/// a CQ that `drain_generic` does not refuse may be polled here if it is
+/// direct. (The provider's op is called as C calls it, without the checks
+/// `drain_generic` makes: the provider owns that path.)
+unsafe fn drain<'a, Q: WorkQueue<'a>>(q: &mut Q) {
+    // SAFETY: The caller keeps the C drain's contract.
     if !unsafe { q.provider_drain() } {
-        drain_generic(q);
+        // SAFETY: As above.
+        unsafe { drain_generic(q) };
     }
     if let Some(cq) = q.cq() {
         cq.trace_drain_complete();
     }
 }
 
-fn drain_generic<'a, Q: WorkQueue<'a>>(q: &mut Q) {
+/// The drain of a queue without the provider's op: see the module docs.
+///
+/// # Safety
+///
+/// As for [`drain`].
+unsafe fn drain_generic<'a, Q: WorkQueue<'a>>(q: &mut Q) {
     let qp = q.qp();
     // As C: the error state first, whatever is refused after it.
     if let Err(e) = qp.set_error_state() {
@@ -147,7 +161,7 @@ fn drain_generic<'a, Q: WorkQueue<'a>>(q: &mut Q) {
     }
 
     stack_pin_init!(let marker = DrainMarker::new());
-    // SAFETY: The caller of `ib_drain_*()` keeps the C drain's contract.
+    // SAFETY: The caller keeps the C drain's contract; the CQ was checked.
     if let Err(e) = unsafe { q.post_marker(marker.as_ref()) } {
         refuse(qp, Q::NAME, Why::Post, e);
         return;
@@ -163,22 +177,20 @@ fn drain_generic<'a, Q: WorkQueue<'a>>(q: &mut Q) {
     }
     let stuck = msecs_to_jiffies(STUCK_REPORT_SECS * 1000);
     if !marker.as_ref().wait_timeout(stuck) {
-        report_stuck(&*q);
+        report_stuck(qp, Q::NAME, cq.id());
         marker.as_ref().wait();
     }
 }
 
-/// Says, once, that a drain of `q` has waited [`STUCK_REPORT_SECS`] for its
-/// marker. Not a WARN: `panic_on_warn` must not turn a slow provider into a
-/// crash.
-fn report_stuck<'a, Q: WorkQueue<'a>>(q: &Q) {
-    let qp = q.qp();
+/// Says, once, that a drain of `qp`'s `queue` has waited
+/// [`STUCK_REPORT_SECS`] for its marker on CQ `cq_id`. Not a WARN:
+/// `panic_on_warn` must not turn a slow provider into a crash.
+fn report_stuck(qp: &Qp, queue: &str, cq_id: u32) {
     pr_warn!(
-        "{}: QP {:#x}: {} drain waiting for {STUCK_REPORT_SECS} s on CQ {}, marker not reaped yet\n",
+        "{}: QP {:#x}: {queue} drain waiting for {STUCK_REPORT_SECS} s on CQ {cq_id}, \
+         marker not reaped yet\n",
         qp.device().name(),
-        qp.qp_num(),
-        Q::NAME,
-        q.cq().map_or(0, |cq| cq.id())
+        qp.qp_num()
     );
 }
 
@@ -221,7 +233,7 @@ unsafe fn reap_direct<'a, Q: WorkQueue<'a>>(q: &mut Q, marker: &DrainMarker) {
         }
         if !reported && waited >= stuck {
             reported = true;
-            report_stuck(&*q);
+            report_stuck(q.qp(), Q::NAME, q.cq().map_or(0, |cq| cq.id()));
         }
     }
 }
@@ -274,7 +286,10 @@ impl kernel::fmt::Display for Why {
 /// The queues a drain refuses, as its messages name them.
 const QUEUES: [&str; 3] = ["send", "recv", "shared recv"];
 
-/// Which site (queue and reason) has WARNed: each does once, as C's.
+/// Which site (queue and reason) has WARNed: each does once, as C's
+/// `WARN_ONCE()`, and, as its flags, in `.data..once` (which
+/// `/sys/kernel/debug/clear_warn_once` re-arms in a built-in ib_core).
+#[link_section = ".data..once"]
 static WARNED: [Atomic<bool>; QUEUES.len() * Why::COUNT] =
     [const { Atomic::new(false) }; QUEUES.len() * Why::COUNT];
 
@@ -313,7 +328,12 @@ fn ratelimit() -> bool {
 
 /// Drains a QP on an SRQ, as the IB spec asks (10.3.1): error state, wait
 /// for the Last WQE Reached event, then poll the CQ until it is empty.
-fn drain_srq(rq: &mut RecvQueue<'_>) {
+///
+/// # Safety
+///
+/// The C drain's contract for a QP on an SRQ: the drain may reap the SRQ's
+/// CQ beside its poller, as C's `__ib_drain_srq()` does.
+unsafe fn drain_srq(rq: &mut RecvQueue<'_>) {
     let qp = rq.qp();
     if let Err(e) = qp.set_error_state() {
         refuse(qp, "shared recv", Why::Modify, e);
@@ -332,9 +352,8 @@ fn drain_srq(rq: &mut RecvQueue<'_>) {
     if qp.wait_last_wqe_reached(msecs_to_jiffies(60_000)) {
         let mut polled = 0;
         while polled < cq.capacity() {
-            // SAFETY: A CQ from ib_alloc_cq() (checked above), and the C
-            // drain's contract for a QP on an SRQ: the caller lets the drain
-            // reap the SRQ's CQ, as C's ib_drain_srq() does.
+            // SAFETY: A CQ from ib_alloc_cq() (checked above); the caller
+            // lets the drain reap it.
             let n = unsafe { rq.poll_srq_cq(cq, cq.capacity() - polled) };
             if n <= 0 {
                 break;

@@ -98,7 +98,14 @@ impl DrainMarker {
     /// marker was never posted: a marker serves once.
     #[inline]
     pub(crate) fn cqe_if_fresh(&self) -> Option<*mut bindings::ib_cqe> {
-        (self.state.get() == State::Fresh).then(|| self.cqe.get())
+        if self.state.get() != State::Fresh {
+            return None;
+        }
+        // From a pointer to the whole marker, not to the field:
+        // `done_callback` goes from the `ib_cqe` back to the marker.
+        let this = core::ptr::from_ref(self);
+        // SAFETY: `this` comes from a reference, so it is valid to project.
+        Some(Opaque::cast_into(unsafe { &raw const (*this).cqe }))
     }
 
     /// Records that the marker was posted: from now on it must complete.
