@@ -144,7 +144,7 @@ guest_qemu() {
 	shift 2
 	QEMU=(qemu-system-x86_64 -name "rdma-$flavour,debug-threads=on" -machine q35 -cpu max,+arat -smp "$GUEST_CPUS" -m 2G
 		-kernel "$build/arch/x86/boot/bzImage" -initrd "$build/initramfs.cpio.gz"
-		-append "$(tsc_args) console=ttyS0 panic=-1 oops=panic rdinit=/init loglevel=7 $*"
+		-append "$(tsc_args) console=ttyS0 panic=-1 oops=panic rdinit=/init loglevel=7 dummy.numdummies=2 $*"
 		-display none -serial "file:$log" -no-reboot)
 }
 

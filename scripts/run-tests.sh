@@ -59,6 +59,11 @@ for why in 'send queue: -22: cannot move the QP to the error state' \
 done
 checks=("check_symbols=$sym_rc" "all_vcpus_up=$cpu_rc" "stuck_drain_reported=$stuck_rc"
 	"refusals_reported=$refusal_rc")
+# What the types of kernel::infiniband refuse: snippets that must not build,
+# each beside a control that must (scripts/compile-fail.sh).
+mapfile -t cf < <("$TOP/scripts/compile-fail.sh" "$flavour")
+cat "$CACHE/logs/compile-fail.log"
+checks+=("${cf[@]}")
 # The debug kernel keeps one drain waiting past the hung-task timeout: the
 # detector's report must name the drain (the guest checks its count).
 if grep -qx 'CONFIG_KASAN=y' "$CACHE/build-$flavour/.config"; then

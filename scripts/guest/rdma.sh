@@ -29,6 +29,30 @@ rxe_wait_active() {
 	return 1
 }
 
+# A second rxe device, rxe1 on dummy1 (dummy.numdummies=2), for the rxe
+# suite's check that objects of two devices do not mix; rxe1_delete
+# removes it again.
+rxe1_add() {
+	ip link set dummy1 up && rdma link add rxe1 type rxe netdev dummy1
+}
+rxe1_delete() {
+	rdma link delete rxe1 &
+	pid_ends_within 60 $! || { echo "rdma link delete rxe1 still waits after 60 s"; return 1; }
+	wait $!
+}
+
+# pid_ends_within SECONDS PID: whether the child PID of this shell exits
+# (or is a zombie, not reaped yet) within SECONDS.
+pid_ends_within() {
+	_i=0
+	while [ -e "/proc/$2" ] && [ "$(cut -d' ' -f3 "/proc/$2/stat" 2>/dev/null)" != Z ]; do
+		_i=$((_i + 1))
+		[ "$_i" -gt "$1" ] && return 1
+		sleep 1
+	done
+	return 0
+}
+
 # As trace_on, and each cq_drain_complete event records its stack too.
 trace_stacks_on() {
 	trace_on && echo stacktrace >$TRACE/events/rdma_core/cq_drain_complete/trigger

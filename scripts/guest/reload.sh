@@ -40,8 +40,10 @@ unload_tree() {
 # Loads and unloads the rxe suite; its KUnit results print on the console
 # as their own stream, which the host reads.
 rxe_suite() {
+	rxe1_add || return 1
 	insmod "$(find /lib/modules/*/updates -name rdma_drain_rxe_test.ko)" &&
-		rmmod rdma_drain_rxe_test
+		rmmod rdma_drain_rxe_test || { rxe1_delete; return 1; }
+	rxe1_delete
 }
 
 check ib_core_is_a_loaded_module grep -q '^ib_core ' /proc/modules

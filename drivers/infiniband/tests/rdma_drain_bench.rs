@@ -24,7 +24,7 @@ use kernel::infiniband::{
     CompletionHandler, Cqe, DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig, WorkCompletion,
 };
 use kernel::prelude::*;
-use kernel::sync::Completion;
+use kernel::sync::{Arc, Completion};
 use kernel::time::{msecs_to_jiffies, Instant, Monotonic};
 use pin_init::stack_pin_init;
 
@@ -80,13 +80,13 @@ impl Impl {
 }
 
 /// Counts completions; completes `all` when `target` have been seen.
-struct Counter<'a> {
+struct Counter {
     count: AtomicU32,
     target: u32,
-    all: &'a Completion,
+    all: Arc<Completion>,
 }
 
-impl CompletionHandler for Counter<'_> {
+impl CompletionHandler for Counter {
     fn done(&self, _wc: &WorkCompletion) {
         if self.count.fetch_add(1, Ordering::Relaxed) + 1 == self.target {
             self.all.complete_all();
@@ -116,11 +116,11 @@ fn one(dev: &DeviceRef, ctx: PollContext, n: u32, imp: Impl) -> Result<i64> {
     };
     let pd = Pd::alloc(dev)?;
     let cq = OwnedCq::alloc(dev, n + 3, 0, ctx_used)?;
-    stack_pin_init!(let all = Completion::new());
+    let all = Arc::pin_init(Completion::new(), GFP_KERNEL)?;
     stack_pin_init!(let cqe = Cqe::new(Counter {
         count: AtomicU32::new(0),
         target: n,
-        all: &all,
+        all: all.clone(),
     }));
     let mut qp = OwnedQp::create_rc(
         &pd,

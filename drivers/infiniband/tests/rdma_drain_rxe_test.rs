@@ -9,8 +9,8 @@
 
 use core::sync::atomic::{AtomicI32, Ordering};
 use kernel::infiniband::{
-    drain_rq_concurrently, Cqe, GidAttr, OwnedCq, OwnedQp, OwnedSrq, Pd, PollContext, QpConfig,
-    QpState,
+    drain_rq_concurrently, Cqe, DeviceRef, GidAttr, OwnedCq, OwnedQp, OwnedSrq, Pd, PollContext,
+    QpConfig, QpState,
 };
 use kernel::sync::{Arc, Completion};
 use kernel::time::{delay::fsleep, Delta};
@@ -633,6 +633,66 @@ mod soundness_tests {
         a.drain_sq();
         b.drain();
         assert_eq!(sent.handler().counts().0 + sent.handler().counts().1, 1);
+        Ok(())
+    }
+
+    /// A QP in RESET has nothing posted, so neither `reset()` nor the drop
+    /// drains it, and only the provider can move it out: `set_error_state()`
+    /// through `Deref` is refused (the IB state table has no RESET -> ERR;
+    /// rxe says `EINVAL`), and the QP stays in RESET. The provider can, as
+    /// rxe's late error after a reset does, so `OwnedQp` asks the state each
+    /// time instead of remembering it (mutant 23).
+    #[test]
+    fn a_qp_in_reset_is_not_moved_behind_its_handle() -> Result {
+        let dev = rxe()?;
+        let pd = Pd::alloc(&dev)?;
+        let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Softirq)?;
+        let cfg = QpConfig {
+            send_depth: 1,
+            recv_depth: 1,
+        };
+        let qp = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
+        let moved = qp.set_error_state();
+        assert_eq!(moved, Err(EINVAL));
+        assert_eq!(qp.state()?, QpState::Reset);
+        Ok(())
+    }
+
+    /// A QP's PD, CQs and SRQ must be on one device: the provider takes each
+    /// for one of its own. Objects of a second rxe device (the guest's rxe1
+    /// on dummy1) are refused with `EINVAL` before the provider sees them.
+    #[test]
+    fn objects_of_another_device_are_refused() -> Result {
+        let dev = rxe()?;
+        let other = DeviceRef::get_by_netdev(c"dummy1")?;
+        let pd = Pd::alloc(&dev)?;
+        let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Softirq)?;
+        let other_cq = OwnedCq::alloc(&other, 8, 0, PollContext::Softirq)?;
+        let other_srq = OwnedSrq::new(
+            &Pd::alloc(&other)?,
+            4,
+            PollContext::Softirq,
+            Counter::default(),
+        )?;
+        let cfg = QpConfig {
+            send_depth: 1,
+            recv_depth: 1,
+        };
+        let on_srq = QpConfig {
+            send_depth: 1,
+            recv_depth: 0,
+        };
+        let send_elsewhere = OwnedQp::create_rc(&pd, &other_cq, &cq, cfg).err();
+        let recv_elsewhere = OwnedQp::create_rc(&pd, &cq, &other_cq, cfg).err();
+        let srq_elsewhere = OwnedQp::create_rc_on_srq(&pd, &cq, &other_srq, on_srq).err();
+        let one_device = OwnedQp::create_rc(&pd, &cq, &cq, cfg).is_ok();
+        // A failed assertion ends the test without drops: let go of rxe1
+        // (and every object) first, so that its delete does not wait.
+        drop((other_srq, other_cq, other, cq, pd, dev));
+        assert_eq!(send_elsewhere, Some(EINVAL));
+        assert_eq!(recv_elsewhere, Some(EINVAL));
+        assert_eq!(srq_elsewhere, Some(EINVAL));
+        assert!(one_device);
         Ok(())
     }
 

@@ -58,37 +58,9 @@ pub enum WcStatus {
 
 /// A work completion, as passed to [`CompletionHandler::done`].
 ///
-/// # Examples
-///
-/// A handler that remembers which QP its last completion came from:
-///
-/// ```
-/// use kernel::infiniband::{
-///     CompletionHandler, Cqe, DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig,
-///     WorkCompletion,
-/// };
-/// use kernel::sync::atomic::{Atomic, Relaxed};
-/// use pin_init::stack_pin_init;
-///
-/// struct LastQp(Atomic<u32>);
-///
-/// impl CompletionHandler for LastQp {
-///     fn done(&self, wc: &WorkCompletion) {
-///         self.0.store(wc.qp_num(), Relaxed);
-///     }
-/// }
-///
-/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
-/// let pd = Pd::alloc(&dev)?;
-/// let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Workqueue)?;
-/// stack_pin_init!(let cqe = Cqe::new(LastQp(Atomic::new(0))));
-/// let mut qp = OwnedQp::create_rc(&pd, &cq, &cq, QpConfig { send_depth: 0, recv_depth: 1 })?;
-/// qp.init(1)?;
-/// qp.rq().post(cqe.as_ref())?;
-/// qp.drain_rq();
-/// assert_eq!(cqe.handler().0.load(Relaxed), qp.qp_num());
-/// # Ok::<(), Error>(())
-/// ```
+/// It does not give the QP the work request was posted on: a CQ may have
+/// several pollers, and the QP may be destroyed while one of them runs a
+/// handler. A handler knows its work requests by its [`Cqe`].
 #[repr(transparent)]
 pub struct WorkCompletion(bindings::ib_wc);
 
@@ -100,16 +72,6 @@ impl WorkCompletion {
             bindings::ib_wc_status_IB_WC_WR_FLUSH_ERR => WcStatus::FlushError,
             other => WcStatus::Other(other),
         }
-    }
-
-    /// Returns the number of the QP the work request was posted on.
-    pub fn qp_num(&self) -> u32 {
-        let qp = self.0.qp;
-        if qp.is_null() {
-            return 0;
-        }
-        // SAFETY: A completion's QP is valid while its handler runs.
-        unsafe { (*qp).qp_num }
     }
 }
 
@@ -191,8 +153,13 @@ impl WorkCompletion {
 /// assert_eq!(received.handler().failed.load(Relaxed), 0);
 /// # Ok::<(), Error>(())
 /// ```
-pub trait CompletionHandler: Sync {
-    /// Called in the CQ's poll context, once per completed work request.
+///
+/// A handler borrows nothing (`'static`): a posted [`Cqe`] may be leaked
+/// (`mem::forget` of its box), and the provider then calls its handler later,
+/// on a flush or a peer's send, long after any borrowed stack frame is gone.
+pub trait CompletionHandler: Sync + 'static {
+    /// Called once per completed work request: in the CQ's poll context, or
+    /// in the task that drains a QP on an SRQ (process context).
     fn done(&self, wc: &WorkCompletion);
 }
 
@@ -292,10 +259,18 @@ impl<H: CompletionHandler> Cqe<H> {
         this.outstanding.fetch_sub(1, Release);
     }
 
+    /// The `ib_cqe`, from a pointer to the whole entry, not to the field:
+    /// `done_callback` goes from it back to the entry.
+    fn raw_cqe(&self) -> *mut bindings::ib_cqe {
+        let this = core::ptr::from_ref(self);
+        // SAFETY: `this` comes from a reference, so it is valid to project.
+        Opaque::cast_into(unsafe { &raw const (*this).cqe })
+    }
+
     /// Counts a work request about to be posted with this entry.
     pub(crate) fn get(&self) -> *mut bindings::ib_cqe {
         self.outstanding.add(1, Relaxed);
-        self.cqe.get()
+        self.raw_cqe()
     }
 
     /// Like [`Cqe::get`], unless `max` work requests are outstanding already.
@@ -303,7 +278,7 @@ impl<H: CompletionHandler> Cqe<H> {
         let mut n = self.outstanding.load(Relaxed);
         while n < max {
             match self.outstanding.cmpxchg(n, n + 1, Relaxed) {
-                Ok(_) => return Some(self.cqe.get()),
+                Ok(_) => return Some(self.raw_cqe()),
                 Err(cur) => n = cur,
             }
         }

@@ -281,7 +281,6 @@ pub struct OwnedQp {
     ptr: NonNull<bindings::ib_qp>,
     config: QpConfig,
     recv_reserved: u32,
-    in_reset: bool,
     held: ManuallyDrop<Held>,
 }
 
@@ -325,7 +324,8 @@ unsafe impl Sync for OwnedQp {}
 impl OwnedQp {
     /// Creates an RC QP on `pd` with the given CQs and queue depths.
     ///
-    /// Fails with `EBUSY` if a CQ has no room for the new queues.
+    /// Fails with `EBUSY` if a CQ has no room for the new queues, and with
+    /// `EINVAL` if the PD and the CQs are not all on one device.
     #[inline]
     pub fn create_rc(
         pd: &Arc<Pd>,
@@ -338,8 +338,9 @@ impl OwnedQp {
     }
 
     /// Creates an RC QP on `pd` that receives through `srq`, on the SRQ's CQ.
-    /// `config.recv_depth` must be 0.
-    pub fn create_rc_on_srq<H: CompletionHandler + Send + 'static>(
+    /// `config.recv_depth` must be 0; the PD, the CQ and the SRQ must all be
+    /// on one device (else `EINVAL`).
+    pub fn create_rc_on_srq<H: CompletionHandler + Send>(
         pd: &Arc<Pd>,
         send_cq: &Arc<OwnedCq>,
         srq: &Arc<OwnedSrq<H>>,
@@ -360,6 +361,13 @@ impl OwnedQp {
         recv_n: u32,
     ) -> Result<Self> {
         let send = config.send_depth.checked_add(1).ok_or(EINVAL)?;
+        // The provider takes each object for one of its own (`container_of`):
+        // the PD, the CQs and the SRQ (through its CQ) must all be on its
+        // device.
+        let dev = pd.device().as_raw();
+        if send_cq.device().as_raw() != dev || recv.cq().device().as_raw() != dev {
+            return Err(EINVAL);
+        }
         let held = Held {
             send_cq: send_cq.clone(),
             recv,
@@ -418,7 +426,6 @@ impl OwnedQp {
             ptr,
             config,
             recv_reserved: recv_n,
-            in_reset: true,
             held: ManuallyDrop::new(held),
         })
     }
@@ -455,13 +462,7 @@ impl OwnedQp {
             | bindings::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS;
         // SAFETY: The QP and `attr` are valid, `&mut self` excludes concurrent
         // state changes through this handle.
-        let ret =
-            to_result(unsafe { bindings::ib_modify_qp(self.as_raw(), &mut attr, mask as i32) });
-        // On failure, ask: the provider may have moved the QP out of RESET on
-        // its own (rxe: a late error from its send task), and then `reset()`
-        // must not skip it.
-        self.in_reset = ret.is_err() && matches!(self.state(), Ok(QpState::Reset));
-        ret
+        to_result(unsafe { bindings::ib_modify_qp(self.as_raw(), &mut attr, mask as i32) })
     }
 
     /// Connects the QP, in INIT, to the QP numbered `remote_qpn` that is
@@ -523,18 +524,32 @@ impl OwnedQp {
     /// their `Cqe` would wait forever.
     #[inline]
     pub fn reset(&mut self) -> Result {
-        if self.in_reset {
+        if self.idle_in_reset() {
             return Ok(());
         }
-        match (self.held.sq_slots.in_use(), self.held.rq_slots.in_use()) {
-            (true, true) => self.drain(),
-            (true, false) => self.drain_sq(),
-            (false, true) => self.drain_rq(),
-            (false, false) => {}
+        // A QP on an SRQ may hold a receive it took from the SRQ: only the
+        // drain of the whole QP (Last WQE Reached) accounts for it.
+        let (sq, rq) = (self.held.sq_slots.in_use(), self.held.rq_slots.in_use());
+        if self.has_srq() || (sq && rq) {
+            self.drain();
+        } else if sq {
+            self.drain_sq();
+        } else if rq {
+            self.drain_rq();
         }
-        self.set_state(bindings::ib_qp_state_IB_QPS_RESET)?;
-        self.in_reset = true;
-        Ok(())
+        self.set_state(bindings::ib_qp_state_IB_QPS_RESET)
+    }
+
+    /// Whether the QP is in RESET with no work request outstanding: then
+    /// neither [`OwnedQp::reset`] nor the drop drains it (providers may refuse
+    /// RESET -> ERR). It asks the provider each time: the state can change
+    /// without this handle, through [`Qp::set_error_state`] or on the
+    /// provider's own (rxe's late error after a reset).
+    #[inline]
+    fn idle_in_reset(&self) -> bool {
+        !self.held.sq_slots.in_use()
+            && !self.held.rq_slots.in_use()
+            && matches!(self.state(), Ok(QpState::Reset))
     }
 
     /// Returns the receive queue's posting token.
@@ -595,9 +610,8 @@ impl Drop for OwnedQp {
     #[inline]
     fn drop(&mut self) {
         // Drain first, so that every posted work request has completed and no
-        // `Cqe` it points to waits forever. A QP still in RESET has nothing
-        // posted, and providers may refuse RESET -> ERR.
-        if !self.in_reset {
+        // `Cqe` it points to waits forever.
+        if !self.idle_in_reset() {
             self.drain();
         }
         // SAFETY: By the type invariant we own the QP.

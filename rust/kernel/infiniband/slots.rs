@@ -23,16 +23,24 @@ use core::ptr::null_mut;
 ///
 /// # Invariants
 ///
-/// `cqe.done` is [`Slot::forward`]; `owner` points to the [`WrSlots`] that
-/// holds this slot.
+/// `cqe.done` is [`Slot::forward`]; once [`WrSlots::new`] returned, `owner`
+/// points to the [`WrSlots`] that holds this slot.
 struct Slot {
     cqe: Opaque<bindings::ib_cqe>,
     /// The caller's `ib_cqe` while a work request uses the slot, else null.
     target: Atomic<*mut bindings::ib_cqe>,
-    owner: *const WrSlots,
+    owner: Atomic<*mut WrSlots>,
 }
 
 impl Slot {
+    /// The `ib_cqe`, from a pointer to the whole slot, not to the field:
+    /// `forward` goes from it back to the slot.
+    fn raw_cqe(&self) -> *mut bindings::ib_cqe {
+        let this = core::ptr::from_ref(self);
+        // SAFETY: `this` comes from a reference, so it is valid to project.
+        Opaque::cast_into(unsafe { &raw const (*this).cqe })
+    }
+
     /// Passes a completion on to the caller's entry, then frees the slot.
     ///
     /// # Safety
@@ -54,7 +62,7 @@ impl Slot {
                 done(cq, wc);
             }
         }
-        let owner = slot.owner;
+        let owner = slot.owner.load(Relaxed);
         slot.target.store(null_mut(), Release);
         // SAFETY: By the type invariant `owner` holds the slot; it is not
         // freed before `in_use` dropped to zero (`WrSlots::wait_idle`), and
@@ -96,20 +104,25 @@ impl WrSlots {
             },
             GFP_KERNEL,
         )?;
-        let owner: *const WrSlots = &*this;
         for _ in 0..n {
-            // INVARIANT: `forward` and the box that holds the slots; `with_capacity`
-            // made room for all of them, so none moves.
+            // `with_capacity` made room for all of them, so none moves.
             this.slots.push(
                 Slot {
                     cqe: Opaque::new(bindings::ib_cqe {
                         done: Some(Slot::forward),
                     }),
                     target: Atomic::new(null_mut()),
-                    owner,
+                    owner: Atomic::new(null_mut()),
                 },
                 GFP_KERNEL,
             )?;
+        }
+        // From here on only shared access: a pointer taken before the pushes
+        // would have been invalidated by them.
+        let owner = core::ptr::from_ref::<WrSlots>(&this).cast_mut();
+        for slot in &this.slots {
+            // INVARIANT: `forward`, and the box that holds the slots.
+            slot.owner.store(owner, Relaxed);
         }
         Ok(this)
     }
@@ -126,7 +139,7 @@ impl WrSlots {
                 // INVARIANT: Counted as soon as taken.
                 self.in_use.add(1, Relaxed);
                 self.next.store(k + 1, Relaxed);
-                return Ok(slot.cqe.get());
+                return Ok(slot.raw_cqe());
             }
         }
         Err(EBUSY)
@@ -140,7 +153,7 @@ impl WrSlots {
 
     /// Frees the slot of a work request that was not posted.
     pub(crate) fn put_unposted(&self, cqe: *mut bindings::ib_cqe) {
-        if let Some(slot) = self.slots.iter().find(|s| s.cqe.get() == cqe) {
+        if let Some(slot) = self.slots.iter().find(|s| s.raw_cqe() == cqe) {
             slot.target.store(null_mut(), Release);
             // INVARIANT: Uncounted as it is freed.
             self.in_use.fetch_sub(1, Release);
