@@ -5,8 +5,8 @@
 
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::infiniband::{
-    CompletionHandler, DeviceRef, GidAttr, Mtu, OwnedQp, PollContext, QpState, RcParams, WcStatus,
-    WorkCompletion,
+    CompletionHandler, DeviceRef, GidAttr, Mtu, OwnedQp, PollContext, QpState, RcParams,
+    RegisteredDevice, WcStatus, WorkCompletion,
 };
 use kernel::prelude::*;
 use kernel::time::{delay::fsleep, Delta};
@@ -21,7 +21,7 @@ pub(crate) const CONTEXTS: [PollContext; 4] = [
 
 /// The rxe device the guest created on `dummy0`.
 pub(crate) fn rxe() -> Result<DeviceRef> {
-    DeviceRef::get_by_netdev(c"dummy0")
+    RegisteredDevice::get_by_netdev(c"dummy0")
 }
 
 /// Counts completions by status.

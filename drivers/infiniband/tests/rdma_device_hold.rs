@@ -6,7 +6,9 @@
 //! must wait until this module lets go at unload, never free the device
 //! under its objects, and then finish.
 
-use kernel::infiniband::{DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig};
+use kernel::infiniband::{
+    DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig, RegisteredDevice,
+};
 use kernel::prelude::*;
 
 module! {
@@ -25,7 +27,7 @@ struct DeviceHold {
 
 impl kernel::Module for DeviceHold {
     fn init(_module: &'static ThisModule) -> Result<Self> {
-        let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+        let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
         let pd = Pd::alloc(&dev)?;
         let cq = OwnedCq::alloc(&dev, 4, 0, PollContext::Softirq)?;
         let cfg = QpConfig {

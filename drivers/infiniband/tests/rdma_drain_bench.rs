@@ -21,7 +21,8 @@
 
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::infiniband::{
-    CompletionHandler, Cqe, DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig, WorkCompletion,
+    CompletionHandler, Cqe, DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig,
+    RegisteredDevice, WorkCompletion,
 };
 use kernel::prelude::*;
 use kernel::sync::{Arc, Completion};
@@ -216,7 +217,7 @@ struct Sample {
 /// Runs the selected cells, keeping each sample in `kept`, whose capacity
 /// the caller reserved: nothing is allocated or printed between drains.
 fn run(samples: u32, contexts: u32, depths: u32, kept: &mut KVec<Sample>) -> Result {
-    let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+    let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
     for (bit, ctx) in CONTEXTS.into_iter().enumerate() {
         if contexts & (1 << bit) == 0 {
             continue;

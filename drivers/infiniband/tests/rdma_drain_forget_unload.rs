@@ -9,7 +9,7 @@
 //! completion and no event can reach code of this module once it is gone.
 //! The QP, its PD and its CQ stay on rxe0 for good.
 
-use kernel::infiniband::{DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig};
+use kernel::infiniband::{OwnedCq, OwnedQp, Pd, PollContext, QpConfig, RegisteredDevice};
 use kernel::prelude::*;
 
 module! {
@@ -24,7 +24,7 @@ struct ForgetUnload;
 
 impl kernel::Module for ForgetUnload {
     fn init(_module: &'static ThisModule) -> Result<Self> {
-        let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+        let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
         let pd = Pd::alloc(&dev)?;
         let cq = OwnedCq::alloc(&dev, 4, 0, PollContext::Softirq)?;
         let cfg = QpConfig {

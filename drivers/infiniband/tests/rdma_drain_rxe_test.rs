@@ -9,8 +9,8 @@
 
 use core::sync::atomic::{AtomicI32, Ordering};
 use kernel::infiniband::{
-    drain_rq_concurrently, Cqe, DeviceRef, GidAttr, OwnedCq, OwnedQp, OwnedSrq, Pd, PollContext,
-    QpConfig, QpState,
+    drain_rq_concurrently, Cqe, GidAttr, OwnedCq, OwnedQp, OwnedSrq, Pd, PollContext, QpConfig,
+    QpState, RegisteredDevice,
 };
 use kernel::sync::{Arc, Completion};
 use kernel::time::{delay::fsleep, Delta};
@@ -664,7 +664,7 @@ mod soundness_tests {
     #[test]
     fn objects_of_another_device_are_refused() -> Result {
         let dev = rxe()?;
-        let other = DeviceRef::get_by_netdev(c"dummy1")?;
+        let other = RegisteredDevice::get_by_netdev(c"dummy1")?;
         let pd = Pd::alloc(&dev)?;
         let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Softirq)?;
         let other_cq = OwnedCq::alloc(&other, 8, 0, PollContext::Softirq)?;

@@ -21,7 +21,7 @@ use crate::{
 ///
 /// ```
 /// use kernel::infiniband::{
-///     drain_rq_concurrently, CompletionHandler, Cqe, DeviceRef, OwnedCq, OwnedQp, Pd,
+///     drain_rq_concurrently, CompletionHandler, Cqe, RegisteredDevice, OwnedCq, OwnedQp, Pd,
 ///     PollContext, QpConfig, WorkCompletion,
 /// };
 /// use pin_init::stack_pin_init;
@@ -30,7 +30,7 @@ use crate::{
 /// #     fn done(&self, _wc: &WorkCompletion) {}
 /// # }
 ///
-/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
 /// let pd = Pd::alloc(&dev)?;
 /// let cq = OwnedCq::alloc(&dev, 16, 0, PollContext::Direct)?;
 /// stack_pin_init!(let cqe = Cqe::new(Ignore));

@@ -20,9 +20,9 @@ use core::{ops::Deref, ptr::NonNull};
 /// # Examples
 ///
 /// ```
-/// use kernel::infiniband::{DeviceRef, OwnedCq, PollContext};
+/// use kernel::infiniband::{RegisteredDevice, OwnedCq, PollContext};
 ///
-/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
 /// for ctx in [PollContext::Softirq, PollContext::Workqueue, PollContext::Direct] {
 ///     let cq = OwnedCq::alloc(&dev, 4, 0, ctx)?;
 ///     assert_eq!(cq.poll_context(), Some(ctx));
@@ -75,10 +75,10 @@ impl PollContext {
 ///
 /// ```
 /// use kernel::infiniband::{
-///     Cq, DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig, WorkQueue,
+///     Cq, RegisteredDevice, OwnedCq, OwnedQp, Pd, PollContext, QpConfig, WorkQueue,
 /// };
 ///
-/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
 /// let pd = Pd::alloc(&dev)?;
 /// let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Workqueue)?;
 /// let cfg = QpConfig { send_depth: 1, recv_depth: 1 };
@@ -214,9 +214,9 @@ mod trace {
 /// # Examples
 ///
 /// ```
-/// use kernel::infiniband::{DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig};
+/// use kernel::infiniband::{RegisteredDevice, OwnedCq, OwnedQp, Pd, PollContext, QpConfig};
 ///
-/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
 /// let pd = Pd::alloc(&dev)?;
 /// let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Softirq)?;
 /// let cfg = QpConfig { send_depth: 2, recv_depth: 1 };

@@ -18,8 +18,8 @@ use crate::{
 ///
 /// ```
 /// use kernel::infiniband::{
-///     CompletionHandler, Cqe, DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig, WcStatus,
-///     WorkCompletion,
+///     CompletionHandler, Cqe, OwnedCq, OwnedQp, Pd, PollContext, QpConfig, RegisteredDevice,
+///     WcStatus, WorkCompletion,
 /// };
 /// use kernel::sync::atomic::{Atomic, Relaxed};
 /// use pin_init::stack_pin_init;
@@ -34,7 +34,7 @@ use crate::{
 ///     }
 /// }
 ///
-/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
 /// let pd = Pd::alloc(&dev)?;
 /// let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Softirq)?;
 /// stack_pin_init!(let cqe = Cqe::new(Flushed(Atomic::new(0))));
@@ -84,7 +84,7 @@ impl WorkCompletion {
 ///
 /// ```
 /// use kernel::infiniband::{
-///     CompletionHandler, Cqe, DeviceRef, GidAttr, Mtu, OwnedCq, OwnedQp, Pd, PollContext,
+///     CompletionHandler, Cqe, RegisteredDevice, GidAttr, Mtu, OwnedCq, OwnedQp, Pd, PollContext,
 ///     QpConfig, RcParams, WcStatus, WorkCompletion,
 /// };
 /// use kernel::sync::atomic::{Atomic, Relaxed};
@@ -111,7 +111,7 @@ impl WorkCompletion {
 ///     }
 /// }
 ///
-/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
 /// let gid = GidAttr::find(&dev, 1, GidAttr::is_ipv4)?;
 /// let pd = Pd::alloc(&dev)?;
 /// let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Softirq)?;
@@ -175,7 +175,7 @@ pub trait CompletionHandler: Sync + 'static {
 ///
 /// ```
 /// use kernel::infiniband::{
-///     CompletionHandler, Cqe, DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig,
+///     CompletionHandler, Cqe, RegisteredDevice, OwnedCq, OwnedQp, Pd, PollContext, QpConfig,
 ///     WorkCompletion,
 /// };
 /// use pin_init::stack_pin_init;
@@ -186,7 +186,7 @@ pub trait CompletionHandler: Sync + 'static {
 ///     fn done(&self, _wc: &WorkCompletion) {}
 /// }
 ///
-/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
 /// let pd = Pd::alloc(&dev)?;
 /// let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::UnboundWorkqueue)?;
 /// // Declared before the QP, so that it is dropped after the QP is drained.

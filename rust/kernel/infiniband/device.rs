@@ -4,7 +4,13 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
-use crate::{bindings, error::to_result, prelude::*, types::Opaque};
+use crate::{
+    bindings,
+    error::to_result,
+    prelude::*,
+    sync::aref::{ARef, AlwaysRefCounted},
+    types::Opaque,
+};
 use core::{ops::Deref, ptr::NonNull};
 
 /// A view of a registered RDMA device (`struct ib_device`).
@@ -14,9 +20,9 @@ use core::{ops::Deref, ptr::NonNull};
 /// A [`DeviceRef`] gives access to the device it holds:
 ///
 /// ```
-/// use kernel::infiniband::{Device, DeviceRef};
+/// use kernel::infiniband::{Device, RegisteredDevice};
 ///
-/// let held = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let held = RegisteredDevice::get_by_netdev(c"dummy0")?;
 /// let dev: &Device = &held;
 /// assert!(dev.name().as_c_str().to_bytes().starts_with(b"rxe"));
 /// assert_eq!(dev.as_raw(), held.as_raw());
@@ -93,9 +99,9 @@ const NAME_MAX: usize = bindings::IB_DEVICE_NAME_MAX as usize;
 /// # Examples
 ///
 /// ```
-/// use kernel::{infiniband::DeviceRef, str::CString};
+/// use kernel::{infiniband::RegisteredDevice, str::CString};
 ///
-/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
 /// let name = dev.name();
 /// let printed = CString::try_from_fmt(fmt!("{name}"))?;
 /// assert_eq!(printed.to_bytes(), name.as_c_str().to_bytes());
@@ -124,10 +130,11 @@ impl crate::fmt::Display for DeviceName {
     }
 }
 
-/// A reference to a registered RDMA device that keeps it from being
-/// unregistered until dropped.
+/// A registered RDMA device, held through [`DeviceRef`]s
+/// (`ARef<RegisteredDevice>`), which keep it from being unregistered until
+/// dropped.
 ///
-/// It is a registration reference, as `ib_device_try_get()` takes:
+/// Each is a registration reference, as `ib_device_try_get()` takes:
 /// `ib_unregister_device()` (`rdma link delete`, a driver unbinding) waits
 /// until every one is dropped. So hold it, and the objects created on the
 /// device, which hold clones, only for the work they are for; a ULP that
@@ -138,38 +145,33 @@ impl crate::fmt::Display for DeviceName {
 /// # Examples
 ///
 /// ```
-/// use kernel::infiniband::DeviceRef;
+/// use kernel::infiniband::RegisteredDevice;
 ///
 /// // The rxe device on `dummy0`, held until `dev` and its clones are dropped.
-/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
 /// let other = dev.clone();
 /// assert_eq!(other.as_raw(), dev.as_raw());
-/// assert!(matches!(DeviceRef::get_by_netdev(c"nosuchdev0"), Err(e) if e == ENODEV));
+/// assert!(matches!(RegisteredDevice::get_by_netdev(c"nosuchdev0"), Err(e) if e == ENODEV));
 /// # Ok::<(), Error>(())
 /// ```
 ///
 /// # Invariants
 ///
-/// `ptr` is a valid `struct ib_device` on which this object holds one
-/// registration reference (`ib_device_try_get()`).
-pub struct DeviceRef {
-    ptr: NonNull<bindings::ib_device>,
-}
+/// A `&RegisteredDevice` exists only while a registration reference on its
+/// device is held (by an [`ARef`]): the count is not zero.
+#[repr(transparent)]
+pub struct RegisteredDevice(Device);
 
-// SAFETY: The reference may be dropped from any thread: `ib_device_put()` is
-// thread-safe.
-unsafe impl Send for DeviceRef {}
+/// A registration reference on an RDMA device: see [`RegisteredDevice`].
+pub type DeviceRef = ARef<RegisteredDevice>;
 
-// SAFETY: `DeviceRef` only gives out `&Device`, which is `Sync`.
-unsafe impl Sync for DeviceRef {}
-
-impl DeviceRef {
+impl RegisteredDevice {
     /// Finds the RDMA device bound to the network device named `netdev` in
     /// the initial network namespace (where RDMA devices are in the default,
     /// shared, namespace mode), such as the `dummy0` of an rxe device, of
     /// any driver. `ENODEV` if there is none.
     #[inline]
-    pub fn get_by_netdev(netdev: &CStr) -> Result<Self> {
+    pub fn get_by_netdev(netdev: &CStr) -> Result<ARef<Self>> {
         let net = &raw mut bindings::init_net;
         // SAFETY: Under the RCU read lock the netdev found stays valid, and
         // ib_device_get_by_netdev() only compares its address.
@@ -187,38 +189,46 @@ impl DeviceRef {
             bindings::rcu_read_unlock();
             dev
         };
-        // INVARIANT: ib_device_get_by_netdev() returned a held device or NULL.
-        NonNull::new(dev).map(|ptr| Self { ptr }).ok_or(ENODEV)
+        let ptr = NonNull::new(dev).ok_or(ENODEV)?;
+        // INVARIANT: The `ARef` owns the reference just taken, so the count is
+        // not zero while it, or a `&RegisteredDevice` from it, lives.
+        // SAFETY: ib_device_get_by_netdev() took one registration reference,
+        // which the `ARef` takes over; `RegisteredDevice` is a transparent
+        // wrapper of `Device`, itself of `struct ib_device`.
+        Ok(unsafe { ARef::from_raw(ptr.cast()) })
     }
 }
 
-impl Deref for DeviceRef {
+impl Deref for RegisteredDevice {
     type Target = Device;
 
     #[inline]
     fn deref(&self) -> &Device {
-        // SAFETY: By the type invariant the device is valid while `self` lives.
-        unsafe { Device::from_raw(self.ptr.as_ptr()) }
+        &self.0
     }
 }
 
-impl Clone for DeviceRef {
+// SAFETY: A registration reference keeps the device registered, and so in
+// memory: unregistration (`disable_device()`) waits on `unreg_completion`
+// for the last one, and a driver frees the device (`ib_dealloc_device()`)
+// only after unregistering it. `inc_ref` takes one more on a count that, by
+// the type invariant, is not zero, as `ib_device_try_get()` would; `dec_ref`
+// drops one with `ib_device_put()`. Every `RegisteredDevice` is reached
+// through such a reference. (`Device` itself is not `AlwaysRefCounted`: for
+// an arbitrary `struct ib_device`, such as a C ULP's QP's, the count may be
+// zero, not registered yet or past `disable_device()`'s wait, and a
+// reference may only be tried, with `ib_device_try_get()`.)
+unsafe impl AlwaysRefCounted for RegisteredDevice {
     #[inline]
-    fn clone(&self) -> Self {
-        // SAFETY: By the type invariant `self` holds a reference, so the count
-        // is not zero and the device not unregistered: one more may be taken,
-        // as `ib_device_try_get()` would.
-        unsafe { bindings::refcount_inc(&raw mut (*self.ptr.as_ptr()).refcount) };
-        // INVARIANT: The reference just taken.
-        Self { ptr: self.ptr }
+    fn inc_ref(&self) {
+        // SAFETY: By the type invariant the count is not zero.
+        unsafe { bindings::refcount_inc(&raw mut (*self.as_raw()).refcount) };
     }
-}
 
-impl Drop for DeviceRef {
     #[inline]
-    fn drop(&mut self) {
-        // SAFETY: By the type invariant `self` holds one reference.
-        unsafe { bindings::ib_device_put(self.ptr.as_ptr()) };
+    unsafe fn dec_ref(obj: NonNull<Self>) {
+        // SAFETY: The caller gives back one registration reference.
+        unsafe { bindings::ib_device_put(obj.as_ptr().cast()) };
     }
 }
 
@@ -229,9 +239,9 @@ impl Drop for DeviceRef {
 /// The RoCE v2 entry of an IPv4 address of the port's network device:
 ///
 /// ```
-/// use kernel::infiniband::{DeviceRef, GidAttr};
+/// use kernel::infiniband::{RegisteredDevice, GidAttr};
 ///
-/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
 /// let gid = GidAttr::find(&dev, 1, GidAttr::is_ipv4)?;
 /// assert!(gid.is_ipv4());
 /// let again = GidAttr::get(&dev, 1, gid.index())?;

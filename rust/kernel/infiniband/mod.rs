@@ -31,7 +31,7 @@ mod srq;
 pub use concurrent::drain_rq_concurrently;
 pub use cq::{Cq, OwnedCq, PollContext};
 pub use cqe::{CompletionHandler, Cqe, WcStatus, WorkCompletion};
-pub use device::{Device, DeviceName, DeviceRef, GidAttr};
+pub use device::{Device, DeviceName, DeviceRef, GidAttr, RegisteredDevice};
 pub use marker::DrainMarker;
 pub use owned_qp::{Mtu, OwnedQp, QpConfig, RcParams};
 pub use pd::Pd;

@@ -24,9 +24,9 @@ use core::{ffi::c_void, mem::ManuallyDrop, ops::Deref, ptr::NonNull};
 /// A queue of depth 0 posts nothing, but still has room for its drain marker:
 ///
 /// ```
-/// use kernel::infiniband::{DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig};
+/// use kernel::infiniband::{RegisteredDevice, OwnedCq, OwnedQp, Pd, PollContext, QpConfig};
 ///
-/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
 /// let pd = Pd::alloc(&dev)?;
 /// let cq = OwnedCq::alloc(&dev, 32, 0, PollContext::Softirq)?;
 /// let cfg = QpConfig { send_depth: 0, recv_depth: 16 };
@@ -54,7 +54,7 @@ pub struct QpConfig {
 ///
 /// ```
 /// use kernel::infiniband::{
-///     CompletionHandler, Cqe, DeviceRef, GidAttr, Mtu, OwnedCq, OwnedQp, Pd, PollContext,
+///     CompletionHandler, Cqe, RegisteredDevice, GidAttr, Mtu, OwnedCq, OwnedQp, Pd, PollContext,
 ///     QpConfig, RcParams, WcStatus, WorkCompletion,
 /// };
 /// use kernel::sync::atomic::{Atomic, Relaxed};
@@ -69,7 +69,7 @@ pub struct QpConfig {
 /// #     }
 /// # }
 ///
-/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
 /// # let gid = GidAttr::find(&dev, 1, GidAttr::is_ipv4)?;
 /// # let pd = Pd::alloc(&dev)?;
 /// # let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Softirq)?;
@@ -147,7 +147,7 @@ impl Mtu {
 ///
 /// ```
 /// use kernel::infiniband::{
-///     CompletionHandler, Cqe, DeviceRef, GidAttr, Mtu, OwnedCq, OwnedQp, Pd, PollContext,
+///     CompletionHandler, Cqe, RegisteredDevice, GidAttr, Mtu, OwnedCq, OwnedQp, Pd, PollContext,
 ///     QpConfig, RcParams, WorkCompletion,
 /// };
 /// use kernel::time::{delay::fsleep, Delta};
@@ -157,7 +157,7 @@ impl Mtu {
 /// #     fn done(&self, _wc: &WorkCompletion) {}
 /// # }
 ///
-/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
 /// let gid = GidAttr::find(&dev, 1, GidAttr::is_ipv4)?;
 /// let pd = Pd::alloc(&dev)?;
 /// let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Workqueue)?;
@@ -244,7 +244,7 @@ pub struct RcParams {
 ///
 /// ```
 /// use kernel::infiniband::{
-///     CompletionHandler, Cqe, DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig,
+///     CompletionHandler, Cqe, RegisteredDevice, OwnedCq, OwnedQp, Pd, PollContext, QpConfig,
 ///     WorkCompletion,
 /// };
 /// use pin_init::stack_pin_init;
@@ -253,7 +253,7 @@ pub struct RcParams {
 /// #     fn done(&self, _wc: &WorkCompletion) {}
 /// # }
 ///
-/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
 /// let pd = Pd::alloc(&dev)?;
 /// let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Softirq)?;
 /// stack_pin_init!(let cqe = Cqe::new(Ignore));

@@ -16,9 +16,9 @@ use core::{mem::ManuallyDrop, ptr::NonNull};
 /// # Examples
 ///
 /// ```
-/// use kernel::infiniband::{DeviceRef, Pd};
+/// use kernel::infiniband::{RegisteredDevice, Pd};
 ///
-/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
 /// let pd = Pd::alloc(&dev)?;
 /// assert_eq!(pd.device().as_raw(), dev.as_raw());
 /// # Ok::<(), Error>(())

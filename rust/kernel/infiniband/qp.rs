@@ -50,9 +50,9 @@ impl QpState {
 /// An [`OwnedQp`](super::OwnedQp) is a `Qp`:
 ///
 /// ```
-/// use kernel::infiniband::{DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, Qp, QpConfig};
+/// use kernel::infiniband::{RegisteredDevice, OwnedCq, OwnedQp, Pd, PollContext, Qp, QpConfig};
 ///
-/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
 /// let pd = Pd::alloc(&dev)?;
 /// let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Softirq)?;
 /// let mut owned = OwnedQp::create_rc(&pd, &cq, &cq, QpConfig { send_depth: 1, recv_depth: 1 })?;
@@ -254,13 +254,15 @@ mod private {
 /// # Examples
 ///
 /// ```
-/// use kernel::infiniband::{DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig, WorkQueue};
+/// use kernel::infiniband::{
+///     OwnedCq, OwnedQp, Pd, PollContext, QpConfig, RegisteredDevice, WorkQueue,
+/// };
 ///
 /// fn describe<'a>(q: &impl WorkQueue<'a>) -> (u32, Option<u32>, bool) {
 ///     (q.qp().qp_num(), q.cq().map(|cq| cq.id()), q.is_shared())
 /// }
 ///
-/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
 /// let pd = Pd::alloc(&dev)?;
 /// let send_cq = OwnedCq::alloc(&dev, 4, 0, PollContext::Softirq)?;
 /// let recv_cq = OwnedCq::alloc(&dev, 4, 0, PollContext::Softirq)?;
@@ -332,7 +334,7 @@ pub trait WorkQueue<'a>: private::Sealed {
 ///
 /// ```
 /// use kernel::infiniband::{
-///     CompletionHandler, Cqe, DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig,
+///     CompletionHandler, Cqe, RegisteredDevice, OwnedCq, OwnedQp, Pd, PollContext, QpConfig,
 ///     WorkCompletion,
 /// };
 /// use kernel::time::{delay::fsleep, Delta};
@@ -342,7 +344,7 @@ pub trait WorkQueue<'a>: private::Sealed {
 /// #     fn done(&self, _wc: &WorkCompletion) {}
 /// # }
 ///
-/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
 /// let pd = Pd::alloc(&dev)?;
 /// let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Direct)?;
 /// stack_pin_init!(let cqe = Cqe::new(Ignore));
@@ -461,7 +463,7 @@ impl<'a> RecvQueue<'a> {
 ///
 /// ```
 /// use kernel::infiniband::{
-///     CompletionHandler, Cqe, DeviceRef, GidAttr, Mtu, OwnedCq, OwnedQp, Pd, PollContext,
+///     CompletionHandler, Cqe, RegisteredDevice, GidAttr, Mtu, OwnedCq, OwnedQp, Pd, PollContext,
 ///     QpConfig, RcParams, WorkCompletion,
 /// };
 /// use pin_init::stack_pin_init;
@@ -470,7 +472,7 @@ impl<'a> RecvQueue<'a> {
 /// #     fn done(&self, _wc: &WorkCompletion) {}
 /// # }
 ///
-/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
 /// # let gid = GidAttr::find(&dev, 1, GidAttr::is_ipv4)?;
 /// # let params = RcParams {
 /// #     mtu: Mtu::Mtu1024,

@@ -28,7 +28,7 @@ use core::{mem::ManuallyDrop, ptr::NonNull};
 ///
 /// ```
 /// use kernel::infiniband::{
-///     CompletionHandler, DeviceRef, OwnedCq, OwnedQp, OwnedSrq, Pd, PollContext, QpConfig,
+///     CompletionHandler, RegisteredDevice, OwnedCq, OwnedQp, OwnedSrq, Pd, PollContext, QpConfig,
 ///     WorkCompletion,
 /// };
 /// # struct Ignore;
@@ -36,7 +36,7 @@ use core::{mem::ManuallyDrop, ptr::NonNull};
 /// #     fn done(&self, _wc: &WorkCompletion) {}
 /// # }
 ///
-/// let dev = DeviceRef::get_by_netdev(c"dummy0")?;
+/// let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
 /// let pd = Pd::alloc(&dev)?;
 /// let cq = OwnedCq::alloc(&dev, 4, 0, PollContext::Softirq)?;
 /// let srq = OwnedSrq::new(&pd, 4, PollContext::Softirq, Ignore)?;
