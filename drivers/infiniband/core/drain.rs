@@ -321,8 +321,7 @@ fn ratelimit() -> bool {
     // SAFETY: verbs.c defines the state, initialized; `___ratelimit()` takes
     // its lock. The name is a NUL-terminated static string.
     unsafe {
-        kernel::bindings::___ratelimit(&raw mut ib_drain_ratelimit, c"ib_drain".as_ptr().cast())
-            != 0
+        kernel::bindings::___ratelimit(&raw mut ib_drain_ratelimit, c"ib_drain".as_char_ptr()) != 0
     }
 }
 

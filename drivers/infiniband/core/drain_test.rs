@@ -933,7 +933,8 @@ mod c_reference_tests {
     #[test]
     fn refusals_leave_the_qp_as_the_rust_drain_does() -> Result {
         // (case, set-up, the state the fault suite asserts for Rust)
-        let cases: [(&str, fn(&mut Setup), QpState); 3] = [
+        type Case = (&'static str, fn(&mut Setup), QpState);
+        let cases: [Case; 3] = [
             (
                 "modify fails",
                 |_| FAKE.modify_ret.store(-(bindings::EINVAL as i32), SeqCst),

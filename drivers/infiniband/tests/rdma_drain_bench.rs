@@ -100,11 +100,13 @@ impl CompletionHandler for Counter {
 #[cfg(CONFIG_INFINIBAND_DRAIN_C_REFERENCE)]
 fn drain_rq_c(qp: &mut OwnedQp) {
     extern "C" {
-        fn ib_drain_rq_c(qp: *mut kernel::bindings::ib_qp);
+        // `struct ib_qp *`, opaque here: its zero-sized members are not
+        // FFI-safe for the `improper_ctypes` lint.
+        fn ib_drain_rq_c(qp: *mut core::ffi::c_void);
     }
     // SAFETY: The C drain has the contract of `ib_drain_rq()`, which an
     // `OwnedQp` keeps by construction; `&mut` keeps other posters away.
-    unsafe { ib_drain_rq_c(qp.as_raw()) }
+    unsafe { ib_drain_rq_c(qp.as_raw().cast()) }
 }
 
 /// Sets up a fresh QP with `n` receives, times one drain by `imp`, and
