@@ -59,7 +59,7 @@ run_logged() {
 	"$@" >"$log" 2>&1
 }
 
-# The series' new files: patches/series gives each new kernel file (kept at
+# The series' new files: patches/new-files gives each new kernel file (kept at
 # its final version, at its kernel path) to the patch that adds it. A later
 # patch may extend such a file with ordinary diff hunks (the ULP API adds to
 # rust/kernel/infiniband/qp.rs, for one). The file after patch K is then the
@@ -80,7 +80,7 @@ new_file_paths() {
 	done
 }
 
-# copy_series_files PATCH DIR: copy the new files that patches/series gives
+# copy_series_files PATCH DIR: copy the new files that patches/new-files gives
 # to PATCH (a file name in patches/) to the same paths under DIR, each as
 # it is after PATCH. Fails if a later patch's hunks do not reverse-apply.
 copy_series_files() {
@@ -90,8 +90,8 @@ copy_series_files() {
 		if [[ $(basename "$p") > "$name" ]]; then later=("$p" "${later[@]}"); fi
 	done
 	tmp=$(mktemp -d)
-	for path in $(awk -F': ' -v n="$name" '$1 == n { print $2 }' "$TOP/patches/series"); do
-		[ -e "$TOP/$path" ] || die series "" "patches/series: no $path"
+	for path in $(awk -F': ' -v n="$name" '$1 == n { print $2 }' "$TOP/patches/new-files"); do
+		[ -e "$TOP/$path" ] || die series "" "patches/new-files: no $path"
 		for f in $(cd "$TOP" && find "$path" -type f | LC_ALL=C sort); do
 			mkdir -p "$tmp/$(dirname "$f")" "$dir/$(dirname "$f")"
 			cp "$TOP/$f" "$tmp/$f"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Usage: scripts/patches-check.sh
 # The series is bisectable: after each patch (with the new files that
-# patches/series gives it), the test kernel and its modules build with
+# patches/new-files gives it), the test kernel and its modules build with
 # LLVM=1 and no compiler warning from a file of the series. One tree and
 # one build dir in the cache ($CACHE/bisect-src, $CACHE/build-bisect), so
 # each step after the first builds incrementally. Each prefix has the new

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Usage: scripts/patches.sh [OUTDIR]
 # Write the whole change as a git format-patch series against the pristine
-# tree: each patches/*.patch, together with the new files patches/series
+# tree: each patches/*.patch, together with the new files patches/new-files
 # assigns to it, becomes one commit: a new file as it is after that patch,
 # which later patches may extend with hunks (copy_series_files in
 # scripts/lib.sh). Then run checkpatch.pl on the series.
@@ -46,7 +46,7 @@ for p in "$TOP"/patches/*.patch; do
 	rm -f "$repo/.commitmsg"
 done
 # The series ends with every new file at its version in the overlay.
-for path in $(sed -n 's/^[^#][^:]*: //p' "$TOP/patches/series"); do
+for path in $(sed -n 's/^[^#][^:]*: //p' "$TOP/patches/new-files"); do
 	for f in $(cd "$TOP" && find "$path" -type f); do
 		cmp -s "$TOP/$f" "$repo/$f" || die patches "" "the series ends with another $f than the overlay's"
 	done
