@@ -348,7 +348,8 @@ unsafe fn drain_srq(rq: &mut RecvQueue<'_>) {
         refuse(qp, "shared recv", Why::CqNotAllocated(cq.id()), EINVAL);
         return;
     }
-    if qp.wait_last_wqe_reached(msecs_to_jiffies(60_000)) {
+    // SAFETY: This is the SRQ drain.
+    if unsafe { qp.wait_last_wqe_reached(msecs_to_jiffies(60_000)) } {
         let mut polled = 0;
         while polled < cq.capacity() {
             // SAFETY: A CQ from ib_alloc_cq() (checked above); the caller

@@ -59,7 +59,13 @@ pub fn drain_rq_concurrently(qps: &mut [OwnedQp]) -> Result {
     let mut queued = 0;
     let mut result = Ok(());
     for qp in qps.iter_mut() {
-        if let Err(e) = DrainJob::queue(qp.as_raw(), bindings::ib_drain_rq, &countdown) {
+        // As `OwnedQp::drain_rq()`: a QP on an SRQ is drained whole.
+        let drain = if qp.has_srq() {
+            bindings::ib_drain_qp
+        } else {
+            bindings::ib_drain_rq
+        };
+        if let Err(e) = DrainJob::queue(qp.as_raw(), drain, &countdown) {
             result = Err(e);
             break;
         }
@@ -146,9 +152,10 @@ impl WorkItem for DrainJob {
 
     #[inline(never)]
     fn run(this: Arc<DrainJob>) {
-        // SAFETY: `drain` is `ib_drain_rq()`. `drain_rq_concurrently` holds
-        // the QP by `&mut` and waits for this job before it returns: the QP
-        // is valid and nobody else posts receives on it.
+        // SAFETY: `drain` is `ib_drain_rq()`, or `ib_drain_qp()` for a QP on
+        // an SRQ. `drain_rq_concurrently` holds the QP by `&mut` and waits for
+        // this job before it returns: the QP is valid and nobody else posts
+        // on it, receives or sends.
         unsafe { (this.drain)(this.qp.0) };
         this.countdown.count_down(1);
     }

@@ -181,6 +181,10 @@ impl Cq {
     }
 
     /// Fires the `cq_drain_complete` tracepoint for this CQ.
+    ///
+    /// For ib_core's drain: the tracepoint is ib_core's and not exported, so
+    /// another module that calls this does not link.
+    #[doc(hidden)]
     #[inline]
     pub fn trace_drain_complete(&self) {
         // SAFETY: The tracepoint only reads `cq->res.id` of a valid CQ.

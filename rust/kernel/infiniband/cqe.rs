@@ -4,6 +4,8 @@
 
 use crate::{
     bindings, container_of,
+    error::to_result,
+    ffi::{c_long, c_void},
     prelude::*,
     sync::atomic::{Acquire, Atomic, Relaxed, Release},
     time::{delay::fsleep, Delta},
@@ -157,6 +159,10 @@ impl WorkCompletion {
 /// A handler borrows nothing (`'static`): a posted [`Cqe`] may be leaked
 /// (`mem::forget` of its box), and the provider then calls its handler later,
 /// on a flush or a peer's send, long after any borrowed stack frame is gone.
+///
+/// `done` may post again, but must not drain, nor drop the [`Cqe`], QP or CQ
+/// of the completion it handles: each waits for this very completion, and
+/// may sleep where `done` runs in softirq context.
 pub trait CompletionHandler: Sync + 'static {
     /// Called once per completed work request: in the CQ's poll context, or
     /// in the task that drains a QP on an SRQ (process context).
@@ -204,18 +210,21 @@ pub trait CompletionHandler: Sync + 'static {
 ///
 /// # Invariants
 ///
-/// `cqe.done` is `Cqe::<H>::done_callback`; `outstanding` counts the posted
-/// work requests whose completion has not run yet.
+/// `inner` is an `ib_counted_cqe` whose `cqe.done` is ib_core's
+/// `ib_counted_cqe_done()` and whose `done` is `Cqe::<H>::done_callback`;
+/// `outstanding` counts the posted work requests whose completion has not
+/// run yet, each also counted by `ib_counted_cqe_post()`.
 #[pin_data(PinnedDrop)]
 pub struct Cqe<H: CompletionHandler> {
-    #[pin]
-    cqe: Opaque<bindings::ib_cqe>,
-    outstanding: Atomic<usize>,
     handler: H,
+    outstanding: Atomic<usize>,
+    #[pin]
+    inner: Opaque<bindings::ib_counted_cqe>,
 }
 
-// SAFETY: The C side only reads `cqe`, which is never written after
-// initialization; the rest is atomic or `Sync`.
+// SAFETY: The C side only reads `inner` after initialization, but for
+// `inner.owner`, which ib_core sets once under its lock; the rest is atomic
+// or `Sync`.
 unsafe impl<H: CompletionHandler> Sync for Cqe<H> {}
 
 // SAFETY: As for `Sync`; nothing in a `Cqe` is tied to a thread.
@@ -223,14 +232,31 @@ unsafe impl<H: CompletionHandler + Send> Send for Cqe<H> {}
 
 impl<H: CompletionHandler> Cqe<H> {
     /// Creates an initializer for a completion entry that calls `handler`.
+    ///
+    /// The module that `H`'s code is in is held (a module reference) while a
+    /// work request posted with the entry is outstanding, so that the
+    /// provider never calls freed code, even if the entry and its QP are
+    /// leaked: `rmmod` is refused meanwhile (ib_core's `counted_cqe.c`).
     pub fn new(handler: H) -> impl PinInit<Self> {
-        // INVARIANT: `done` is set here once; nothing is posted yet.
+        let done: unsafe extern "C" fn(*mut bindings::ib_cq, *mut bindings::ib_wc) =
+            Self::done_callback;
+        // INVARIANT: `inner` is set here once; nothing is posted yet.
         pin_init!(Self {
-            cqe: Opaque::new(bindings::ib_cqe {
-                done: Some(Self::done_callback),
-            }),
-            outstanding: Atomic::new(0),
             handler,
+            outstanding: Atomic::new(0),
+            inner <- Opaque::ffi_init(move |slot: *mut bindings::ib_counted_cqe| {
+                // SAFETY: `slot` is valid for writes.
+                unsafe {
+                    slot.write(bindings::ib_counted_cqe {
+                        cqe: bindings::ib_cqe {
+                            done: Some(bindings::ib_counted_cqe_done),
+                        },
+                        done: Some(done),
+                        mod_: super::module_of(done as *const c_void),
+                        owner: core::ptr::null_mut(),
+                    })
+                };
+            }),
         })
     }
 
@@ -244,56 +270,81 @@ impl<H: CompletionHandler> Cqe<H> {
         self.outstanding.load(Acquire)
     }
 
+    /// Called by ib_core's `ib_counted_cqe_done()`, which then lets the
+    /// module go if this was its last outstanding work request.
+    ///
     /// # Safety
     ///
-    /// `wc` must be a valid work completion whose `wr_cqe` is the `cqe` of a
-    /// live `Cqe<H>`.
+    /// `wc` must be a valid work completion whose `wr_cqe` is the `cqe` of
+    /// the `inner` of a live `Cqe<H>`.
     unsafe extern "C" fn done_callback(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
         // SAFETY: The caller guarantees that `wc` is valid.
         let cqe = unsafe { (*wc).__bindgen_anon_1.wr_cqe };
-        // SAFETY: `cqe` points to the `cqe` field of a live `Cqe<H>`
-        // (`Opaque<T>` is a transparent wrapper of `T`).
-        let this = unsafe { &*container_of!(cqe.cast::<Opaque<bindings::ib_cqe>>(), Self, cqe) };
+        // SAFETY: `cqe` is the `cqe` field of the `inner` of a live `Cqe<H>`
+        // (`Opaque<T>` is a transparent wrapper of `T`); it was posted with a
+        // pointer from the whole entry (`raw_inner`).
+        let this = unsafe {
+            let inner = container_of!(cqe, bindings::ib_counted_cqe, cqe);
+            &*container_of!(
+                inner.cast::<Opaque<bindings::ib_counted_cqe>>(),
+                Self,
+                inner
+            )
+        };
         // SAFETY: `WorkCompletion` is a transparent wrapper of `struct ib_wc`.
         this.handler.done(unsafe { &*wc.cast::<WorkCompletion>() });
+        // The last access to `this`: its drop may free it now.
         this.outstanding.fetch_sub(1, Release);
     }
 
-    /// The `ib_cqe`, from a pointer to the whole entry, not to the field:
-    /// `done_callback` goes from it back to the entry.
-    fn raw_cqe(&self) -> *mut bindings::ib_cqe {
+    /// The `ib_counted_cqe`, from a pointer to the whole entry, not to the
+    /// field: `done_callback` goes from it back to the entry.
+    fn raw_inner(&self) -> *mut bindings::ib_counted_cqe {
         let this = core::ptr::from_ref(self);
         // SAFETY: `this` comes from a reference, so it is valid to project.
-        Opaque::cast_into(unsafe { &raw const (*this).cqe })
+        Opaque::cast_into(unsafe { &raw const (*this).inner })
     }
 
-    /// Counts a work request about to be posted with this entry.
-    pub(crate) fn get(&self) -> *mut bindings::ib_cqe {
-        self.outstanding.add(1, Relaxed);
-        self.raw_cqe()
-    }
-
-    /// Like [`Cqe::get`], unless `max` work requests are outstanding already.
-    pub(crate) fn get_bounded(&self, max: usize) -> Option<*mut bindings::ib_cqe> {
+    /// Counts a work request about to be posted with this entry, unless
+    /// `max` are outstanding already (`EBUSY`); returns the `ib_cqe` to post
+    /// it with.
+    pub(crate) fn count_post(&self, max: usize) -> Result<*mut bindings::ib_cqe> {
         let mut n = self.outstanding.load(Relaxed);
-        while n < max {
+        loop {
+            if n >= max {
+                return Err(EBUSY);
+            }
             match self.outstanding.cmpxchg(n, n + 1, Relaxed) {
-                Ok(_) => return Some(self.raw_cqe()),
+                Ok(_) => break,
                 Err(cur) => n = cur,
             }
         }
-        None
+        let inner = self.raw_inner();
+        // SAFETY: `inner` was initialized by `Cqe::new`.
+        if let Err(e) = to_result(unsafe { bindings::ib_counted_cqe_post(inner) }) {
+            self.outstanding.fetch_sub(1, Relaxed);
+            return Err(e);
+        }
+        // SAFETY: `inner` is valid to project.
+        Ok(unsafe { &raw mut (*inner).cqe })
     }
 
-    /// Undoes [`Cqe::get`] for a work request that was not posted.
-    pub(crate) fn put_unposted(&self) {
-        self.outstanding.fetch_sub(1, Relaxed);
+    /// Undoes [`Cqe::count_post`] for `n` work requests that will never
+    /// complete: not posted, or posted to a queue that was destroyed (and its
+    /// CQ freed) without completing them.
+    pub(crate) fn uncount(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        self.outstanding.fetch_sub(n, Release);
+        // SAFETY: `inner` was initialized by `Cqe::new`, and counted `n`
+        // posts (a count of work requests fits in a `long`).
+        unsafe { bindings::ib_counted_cqe_unpost(self.inner.get(), n as c_long) };
     }
 
-    /// Forgets the work requests still counted: their queue was destroyed
-    /// and its CQ freed, so they will never complete.
+    /// Forgets every work request still counted: see [`Cqe::uncount`].
     pub(crate) fn forget_outstanding(&self) {
-        self.outstanding.store(0, Release);
+        self.uncount(self.outstanding.load(Acquire));
     }
 }
 
@@ -308,9 +359,12 @@ impl<H: CompletionHandler> PinnedDrop for Cqe<H> {
             if waited_ms % 10_000 == 0 {
                 pr_warn!(
                     "RDMA completion entry dropped with {} work requests outstanding, waiting\n",
-                    self.outstanding.load(Relaxed)
+                    self.outstanding()
                 );
             }
         }
+        // SAFETY: `inner` was initialized by `Cqe::new`; nothing is posted
+        // with it, and it is freed after this.
+        unsafe { bindings::ib_counted_cqe_release(self.inner.get()) };
     }
 }

@@ -575,8 +575,15 @@ impl OwnedQp {
 
     /// Blocks until every receive completion has been consumed
     /// (`ib_drain_rq()`). The QP is in the error state afterwards.
+    ///
+    /// A QP on an SRQ is drained whole (`ib_drain_qp()`): its receives come
+    /// from the SRQ, which `ib_drain_rq()` refuses, with a WARN.
     #[inline]
     pub fn drain_rq(&mut self) {
+        if self.has_srq() {
+            self.drain();
+            return;
+        }
         // SAFETY: The QP is valid, and `&mut self` excludes other posters.
         unsafe { bindings::ib_drain_rq(self.as_raw()) }
     }
@@ -648,6 +655,9 @@ impl QpEvents {
     /// # Safety
     ///
     /// `event` must be valid and `context` must point to a live `QpEvents`.
+    // Never inlined: it must stay in vmlinux, as a leaked QP's events come
+    // after the module that made it has gone.
+    #[inline(never)]
     unsafe extern "C" fn handle(event: *mut bindings::ib_event, context: *mut c_void) {
         // SAFETY: The caller guarantees both; an `OwnedQp` frees its
         // `QpEvents` only after destroying the QP.

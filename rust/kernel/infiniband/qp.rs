@@ -164,8 +164,13 @@ impl Qp {
 
     /// Waits at most `timeout` for the `IB_EVENT_QP_LAST_WQE_REACHED` event of a
     /// QP on an SRQ. Returns `true` if it arrived.
+    ///
+    /// # Safety
+    ///
+    /// Only the SRQ drain may wait: the wait consumes the event, and a drain
+    /// after it would not see it.
     #[inline]
-    pub fn wait_last_wqe_reached(&self, timeout: Jiffies) -> bool {
+    pub unsafe fn wait_last_wqe_reached(&self, timeout: Jiffies) -> bool {
         // SAFETY: `srq_completion` of a valid QP is initialized when the QP is
         // created and completed by the core's QP event handler.
         unsafe {
@@ -590,7 +595,7 @@ impl RecvQueue<'_> {
         let wr_cqe = take_slot(self.slots, &cqe)?;
         wr.__bindgen_anon_1.wr_cqe = wr_cqe;
         // SAFETY: The QP and `wr` are valid. `cqe` is pinned and waits in its
-        // drop for every completion counted by `get()`; a slot waits for its
+        // drop for every completion counted by `count_post()`; a slot waits for its
         // completion too. By the type invariant nobody else posts receives now.
         let ret = to_result(unsafe {
             bindings::ib_post_recv(self.qp.as_raw(), &wr, core::ptr::null_mut())
@@ -608,12 +613,13 @@ fn take_slot<H: CompletionHandler>(
     slots: Option<&WrSlots>,
     cqe: &Cqe<H>,
 ) -> Result<*mut bindings::ib_cqe> {
-    let target = cqe.get();
+    // A slot bounds the queue.
+    let target = cqe.count_post(usize::MAX)?;
     match slots.map(|s| s.take(target)) {
         None => Ok(target),
         Some(Ok(slot)) => Ok(slot),
         Some(Err(e)) => {
-            cqe.put_unposted();
+            cqe.uncount(1);
             Err(e)
         }
     }
@@ -628,7 +634,7 @@ fn put_unposted<H: CompletionHandler>(
     if let Some(s) = slots {
         s.put_unposted(wr_cqe);
     }
-    cqe.put_unposted();
+    cqe.uncount(1);
 }
 
 impl SendQueue<'_> {

@@ -47,6 +47,9 @@ impl Slot {
     ///
     /// `wc` must be a valid work completion whose `wr_cqe` is the `cqe` of a
     /// slot in use.
+    // Never inlined: it must stay in vmlinux. It runs on after the caller's
+    // entry has let its module go (ib_core's `ib_counted_cqe_done()`).
+    #[inline(never)]
     unsafe extern "C" fn forward(cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
         // SAFETY: The caller guarantees that `wc` is valid.
         let cqe = unsafe { (*wc).__bindgen_anon_1.wr_cqe };

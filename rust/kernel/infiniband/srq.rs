@@ -156,14 +156,14 @@ impl<H: CompletionHandler> OwnedSrq<H> {
     pub fn post(&self) -> Result {
         let mut wr = bindings::ib_recv_wr::default();
         let depth = usize::try_from(self.depth)?;
-        wr.__bindgen_anon_1.wr_cqe = self.cqe.get_bounded(depth).ok_or(EBUSY)?;
+        wr.__bindgen_anon_1.wr_cqe = self.cqe.count_post(depth)?;
         // SAFETY: The SRQ and `wr` are valid. The `Cqe` is pinned in its box,
         // which outlives every completion of the SRQ (see `Drop`).
         let ret = to_result(unsafe {
             bindings::ib_post_srq_recv(self.as_raw(), &wr, core::ptr::null_mut())
         });
         if ret.is_err() {
-            self.cqe.put_unposted();
+            self.cqe.uncount(1);
         }
         ret
     }

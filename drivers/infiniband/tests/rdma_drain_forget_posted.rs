@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A module that forgets a QP with a receive posted, and is then unloaded
+//! (suite `rdma_drain_forgotten_posted`).
+//!
+//! The receive's completion entry calls this module's code when the receive
+//! completes, which is only when the QP is flushed, by `rdma_qp_set_error.ko`.
+//! Until then ib_core holds this module (`counted_cqe.c`), and `rmmod` is
+//! refused; unloaded earlier, the flush would call freed code.
+//! The QP, its PD and its CQ stay on rxe0 for good.
+
+use kernel::infiniband::{
+    CompletionHandler, Cqe, OwnedCq, OwnedQp, Pd, PollContext, QpConfig, RegisteredDevice,
+    WorkCompletion,
+};
+use kernel::prelude::*;
+
+module! {
+    type: ForgetPosted,
+    name: "rdma_drain_forget_posted",
+    authors: ["Rust RDMA drain project"],
+    description: "Forgets a QP with a receive posted, to be unloaded",
+    license: "GPL",
+}
+
+/// Says that it ran, and with which status: code of this module.
+struct SayDone;
+
+impl CompletionHandler for SayDone {
+    fn done(&self, wc: &WorkCompletion) {
+        pr_info!("handler ran: {:?}\n", wc.status());
+    }
+}
+
+struct ForgetPosted;
+
+impl kernel::Module for ForgetPosted {
+    fn init(_module: &'static ThisModule) -> Result<Self> {
+        let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
+        let pd = Pd::alloc(&dev)?;
+        let cq = OwnedCq::alloc(&dev, 4, 0, PollContext::Softirq)?;
+        let cfg = QpConfig {
+            send_depth: 1,
+            recv_depth: 1,
+        };
+        let mut qp = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
+        qp.init(1)?;
+        let cqe = KBox::pin_init(Cqe::new(SayDone), GFP_KERNEL)?;
+        qp.rq().post(cqe.as_ref())?;
+        pr_info!(
+            "forgetting QP {:#x} on {} with a receive posted\n",
+            qp.qp_num(),
+            dev.name()
+        );
+        core::mem::forget(qp);
+        core::mem::forget(cqe);
+        Ok(ForgetPosted)
+    }
+}
