@@ -2,7 +2,8 @@
 # Usage: scripts/lint.sh
 # The review checks: rustfmt on every .rs of the project, clippy over the
 # kernel's Rust and the project's modules (make LLVM=1 CLIPPY=1), and
-# checkpatch.pl on the format-patch series (scripts/patches.sh).
+# checkpatch.pl on the format-patch series (scripts/patches.sh), and docutils
+# on the reStructuredText the series adds to Documentation/.
 . "$(dirname "$0")/lib.sh"
 
 src=$CACHE/src build=$CACHE/build-test
@@ -28,6 +29,21 @@ if grep -hE -A6 '^(warning|error)' "$log.clippy" "$log.clippy-ext" | grep -E -B2
 	grep -hE -A6 '^(warning|error)' "$log.clippy" "$log.clippy-ext" | grep -E -B2 -A4 "$mine"
 	rc=1
 fi
+done_step
+
+# The pages the series adds (the toctrees that list them are Sphinx's, which
+# plain docutils does not know): each parses without a warning, and its
+# directory's index.rst lists it.
+step "lint: reStructuredText of the series' new Documentation/ pages"
+for f in $(cd "$TOP" && awk '/^--- \/dev\/null$/ { getline; if ($2 ~ /^b\/Documentation\/.*\.rst$/) print substr($2, 3) }' patches/*.patch | sort -u); do
+	grep -qx "   $(basename "$f" .rst)" "$src/$(dirname "$f")/index.rst" ||
+		{ echo "$(dirname "$f")/index.rst does not list $(basename "$f" .rst)"; rc=1; }
+	python3 - "$src/$f" <<-'EOF' || rc=1
+		import sys, docutils.core
+		docutils.core.publish_string(open(sys.argv[1]).read(), source_path=sys.argv[1],
+		    writer_name="null", settings_overrides={"halt_level": 2, "report_level": 2})
+	EOF
+done
 done_step
 
 "$TOP/scripts/patches.sh" || rc=1
