@@ -7,7 +7,10 @@
 //! completes, which is only when the QP is flushed, by `rdma_qp_set_error.ko`.
 //! Until then ib_core holds this module (`counted_cqe.c`), and `rmmod` is
 //! refused; unloaded earlier, the flush would call freed code.
-//! The QP, its PD and its CQ stay on rxe0 for good.
+//! With `fail_init`, the init fails after forgetting: the module goes
+//! regardless of the reference, and ib_core's module notifier keeps it (and
+//! `insmod`) waiting until the flush. The QP, its PD and its CQ stay on rxe0
+//! for good.
 
 use kernel::infiniband::{
     CompletionHandler, Cqe, OwnedCq, OwnedQp, Pd, PollContext, QpConfig, RegisteredDevice,
@@ -21,6 +24,12 @@ module! {
     authors: ["Rust RDMA drain project"],
     description: "Forgets a QP with a receive posted, to be unloaded",
     license: "GPL",
+    params: {
+        fail_init: bool {
+            default: false,
+            description: "Fail the init after forgetting: the module goes regardless",
+        },
+    },
 }
 
 /// Says that it ran, and with which status: code of this module.
@@ -54,6 +63,9 @@ impl kernel::Module for ForgetPosted {
         );
         core::mem::forget(qp);
         core::mem::forget(cqe);
+        if module_parameters::fail_init.value() {
+            return Err(EINVAL);
+        }
         Ok(ForgetPosted)
     }
 }
