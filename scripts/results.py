@@ -15,11 +15,17 @@ it. A module the guest could not insmod fails it too. noend: the log has
 no end mark (kunit.py's own guest).
 """
 
+from __future__ import annotations
+
+import argparse
 import json
 import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 PREFIX = re.compile(r"^\[\s*\d+\.\d+\]\s?")
 REPORTS = re.compile(
@@ -64,11 +70,16 @@ CATEGORIES = [
 ]
 
 
-def streams(lines):
+# Per suite: [passed, failed, skipped] cases.
+Counts = list[int]
+
+
+def streams(lines: Iterable[str]) -> list[list[str]]:
     """Split the log at each top-level 'KTAP version' header. A module's
     header and plan followed by 'kunit: disabled' (kunit.enable=0, as make
     test-2host boots) ran nothing: it is dropped, not counted as failed."""
-    out, cur = [], None
+    out: list[list[str]] = []
+    cur: list[str] | None = None
     for line in lines:
         body = PREFIX.sub("", line)
         if body.startswith("KTAP version") or body.startswith("TAP version"):
@@ -79,9 +90,10 @@ def streams(lines):
     return [s for s in out if not (len(s) >= 3 and s[2].startswith("kunit: disabled"))]
 
 
-def suite_of_lines(lines):
+def suite_of_lines(lines: Iterable[str]) -> list[str | None]:
     """The suite that was running at each line of the log, or None."""
-    owner, cur = [], None
+    owner: list[str | None] = []
+    cur: str | None = None
     for line in lines:
         body = PREFIX.sub("", line)
         m = SUITE_START.match(body)
@@ -94,7 +106,7 @@ def suite_of_lines(lines):
     return owner
 
 
-def category(suite):
+def category(suite: str | None) -> str:
     for name, members in CATEGORIES:
         if suite in members:
             return name
@@ -103,7 +115,7 @@ def category(suite):
     return "other" if suite else "outside any suite"
 
 
-def count(node, suite_counts, path):
+def count(node: dict[str, Any], suite_counts: dict[str, Counts], path: str) -> None:
     name = node.get("name") or ""
     subs = node.get("sub_groups") or []
     cases = node.get("test_cases") or []
@@ -126,25 +138,58 @@ def count(node, suite_counts, path):
         count(s, suite_counts, p)
 
 
-def main():
-    src, log = sys.argv[1], sys.argv[2]
-    # Exit codes of host-side checks, by name=rc; expect=FILE; noend.
-    args = sys.argv[3:]
-    manifest = []  # (suite, cases, runs)
-    need_end = "noend" not in args
-    for a in args:
+@dataclass
+class Options:
+    """The command line: the words after CONSOLE-LOG, sorted out."""
+    src: str
+    log: str
+    host_checks: list[tuple[str, str]] = field(default_factory=list)  # (name, rc)
+    manifest: list[tuple[str, int, int]] = field(default_factory=list)  # (suite, cases, runs)
+    need_end: bool = True
+
+
+def read_manifest(path: str) -> list[tuple[str, int, int]]:
+    """scripts/expected/*.suites: 'suite cases runs' a line, '#' comments."""
+    manifest = []
+    with open(path) as f:
+        for line in f:
+            w = line.split("#")[0].split()
+            if w:
+                manifest.append((w[0], int(w[1]), int(w[2])))
+    return manifest
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Options:
+    parser = argparse.ArgumentParser(
+        description=(__doc__ or "").partition("\n\n")[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("src", metavar="KERNEL-SRC",
+                        help="the kernel tree whose tools/testing/kunit/kunit.py parses the KTAP")
+    parser.add_argument("log", metavar="CONSOLE-LOG", help="the guest's console log")
+    parser.add_argument("words", nargs="*", metavar="CHECK=RC | expect=FILE | noend",
+                        help="CHECK=RC: a host-side check and its exit code (0 passed); "
+                        "expect=FILE: the suites that must report (scripts/expected/*.suites); "
+                        "noend: the log has no end mark (kunit.py's own guest); "
+                        "any other word is ignored")
+    args = parser.parse_args(argv)
+    opts = Options(args.src, args.log, need_end="noend" not in args.words)
+    for a in args.words:
         if a.startswith("expect="):
-            with open(a.partition("=")[2]) as f:
-                for line in f:
-                    w = line.split("#")[0].split()
-                    if w:
-                        manifest.append((w[0], int(w[1]), int(w[2])))
-    host_checks = [a for a in args if "=" in a and not a.startswith("expect=")]
-    with open(log, errors="replace") as f:
-        lines = f.read().splitlines()
-    suites = {}
-    runs = {}  # suite name: how many KTAP streams ran it
-    failed_extra = []
+            opts.manifest += read_manifest(a.partition("=")[2])
+        elif "=" in a:
+            name, _, rc = a.partition("=")
+            opts.host_checks.append((name, rc))
+    return opts
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    opts = parse_args(argv)
+    src, log, manifest, need_end = opts.src, opts.log, opts.manifest, opts.need_end
+    with open(log, errors="replace") as fh:
+        lines = fh.read().splitlines()
+    suites: dict[str, Counts] = {}
+    runs: dict[str, int] = {}  # suite name: how many KTAP streams ran it
+    failed_extra: list[str] = []
     for i, st in enumerate(streams(lines)):
         with tempfile.NamedTemporaryFile("w", suffix=".log") as tf, \
                 tempfile.NamedTemporaryFile("r", suffix=".json") as jf:
@@ -169,10 +214,10 @@ def main():
             sc[0 if st == "PASS" else 2 if st == "SKIP" else 1] += 1
 
     owner = suite_of_lines(lines)
-    reports = {}
+    reports: dict[str, int] = {}  # category: kernel reports seen while it ran
     last = -100
     for i, line in enumerate(lines):
-        expected = EXPECTED_REPORTS.get(owner[i])
+        expected = EXPECTED_REPORTS.get(owner[i] or "")
         if expected and expected.search(line):
             continue
         if REPORTS.search(line) and i - last > 30:
@@ -188,8 +233,7 @@ def main():
         tail = "\n".join("    " + l for l in lines[-20:])
         failed_extra.append(f"the run did not reach its end ('{END_MARK}'):\n{tail}")
 
-    for hc in host_checks:
-        name, _, rc = hc.partition("=")
+    for name, rc in opts.host_checks:
         suites.setdefault("host_checks", [0, 0, 0])[0 if rc == "0" else 1] += 1
         if rc != "0":
             print(f"FAIL: host check {name} (exit {rc})")
@@ -210,7 +254,7 @@ def main():
             failed_extra.append(f"suite {name} reported {p + f + sk} cases, expected at least {cases}")
         elif runs.get(name, 0) < n:
             failed_extra.append(f"suite {name} ran {runs.get(name, 0)} times, expected {n}")
-    cats = {}
+    cats: dict[str, list[int]] = {}  # category: [cases tried, passed]
     for name, (p, f, sk) in suites.items():
         c = cats.setdefault(category(name), [0, 0])
         c[0] += p + f + sk
