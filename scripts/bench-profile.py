@@ -34,11 +34,16 @@ entered on or on another, and how long after the modify in each case.
 Timings never fail anything.
 """
 
+from __future__ import annotations
+
+import argparse
 import collections
 import os
 import re
 import statistics
 import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 EV = re.compile(r"^\s*(.+?)-(\d+)\s+\[(\d+)\]\s+\S+\s+([\d.]+):\s+(\w+):(.*)$")
 ENTRIES = re.compile(r"entries-in-buffer/entries-written: (\d+)/(\d+)")
@@ -46,21 +51,31 @@ SAMPLE = re.compile(r"rdma_drain_bench: sample,(\w+),(\d+),(\w+),(\d+),(\d+)")
 STEPS = ["to modify", "modify", "to post", "post", "to worker", "flush", "to reap", "return"]
 STALLED_MODIFY, STALLED_POST = 500, 200
 ARMS = ["rust", "floor", "c"]
+# A trace event: (time in us, pid, CPU, event name, the rest of the line).
+Event = tuple[float, int, int, str, str]
+# One run of rxe's do_work(): (start, end, CPU, pid).
+Run = tuple[float, float, int, int]
+# Per run ("untraced", "traced"): per (depth, implementation), the samples (ns).
+Samples = dict[str, collections.defaultdict[tuple[int, str], list[int]]]
 
 
-def median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else float("nan")
+def median(xs: Iterable[float | None]) -> float:
+    known = [x for x in xs if x is not None]
+    return statistics.median(known) if known else float("nan")
 
 
-def fmt(x):
+def fmt(x: float) -> str:
     return "—" if x != x else f"{x:.0f}"
 
 
-def read(log):
-    events, samples = [], {"untraced": collections.defaultdict(list), "traced": collections.defaultdict(list)}
-    run, inside, lost, probes, kept = None, False, 0, False, None
-    misses, seen = [], set()
+def read(log: str) -> tuple[list[Event], Samples]:
+    events: list[Event] = []
+    samples: Samples = {"untraced": collections.defaultdict(list), "traced": collections.defaultdict(list)}
+    run: str | None = None
+    inside, lost, probes = False, 0, False
+    kept: tuple[int, int] | None = None
+    misses: list[str] = []
+    seen: set[tuple[str, str, str, str]] = set()
     with open(log, errors="replace") as f:
         for line in f:
             if "rust-drain: profile: kprobe_profile begin" in line:
@@ -111,9 +126,10 @@ def read(log):
     return events, samples
 
 
-def worker_runs(events):
+def worker_runs(events: Iterable[Event]) -> list[Run]:
     """rxe's do_work() runs: (start, end, cpu, pid)."""
-    runs, open_ = [], {}
+    runs: list[Run] = []
+    open_: dict[int, tuple[float, int]] = {}
     for t, pid, cpu, name, _ in events:
         if name == "task":
             open_[pid] = (t, cpu)
@@ -123,13 +139,15 @@ def worker_runs(events):
     return runs
 
 
-def arms(events, bench):
+def arms(events: Iterable[Event], bench: int | None) -> list[tuple[str, list[Event]]]:
     """The benchmark task's timed arms in order: (kind, events) with kind
     rust, c or floor. Around them the benchmark sets each QP up (a modify to
     INIT) and tears it down (OwnedQp's drop drains both queues, in the same
     Rust code but not through ib_drain_rq); the floor's modify(ERR) is the
     one that returns to `Qp::set_state`."""
-    out, cur, since_modify = [], None, None
+    out: list[tuple[str, list[Event]]] = []
+    cur: tuple[str, list[Event], str] | None = None  # (kind, its events, the event that ends it)
+    since_modify: list[Event] | None = None
     for e in events:
         t, pid, cpu, name, text = e
         if pid != bench:
@@ -154,14 +172,27 @@ def arms(events, bench):
     return out
 
 
-def worker_elsewhere(a, b, cpu, runs):
+def worker_elsewhere(a: float, b: float, cpu: int, runs: Iterable[Run]) -> bool:
     """rxe's worker ran on a CPU other than `cpu` during [a, b]."""
     return any(c != cpu and s < b and e > a for s, e, c, _ in runs)
 
 
-def main():
-    log, out = sys.argv[1], sys.argv[2]
-    host = sys.argv[3] if len(sys.argv) > 3 else "Host: vCPU placement not given."
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=(__doc__ or "").partition("\n\n")[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("log", metavar="CONSOLE-LOG", help="the console log of `make bench-profile`'s guest")
+    parser.add_argument("out", metavar="OUTDIR", help="where to write profile.md")
+    parser.add_argument("host", metavar="HOST-LINE", nargs="?", default="Host: vCPU placement not given.",
+                        help="the line that heads profile.md (scripts/bench.sh: where the vCPU threads ran)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    log: str = args.log
+    out: str = args.out
+    host: str = args.host
     os.makedirs(out, exist_ok=True)
     events, samples = read(log)
     bench = next((pid for _, pid, _, name, _ in events if name == "drain"), None)
@@ -175,7 +206,7 @@ def main():
     kinds = collections.Counter(k for k, _ in found)
     measured = sum(per_depth.values())
     warm = (kinds["rust"] - measured) // len(depths) if depths else -1
-    depth_of = []
+    depth_of: list[int | None] = []  # each arm's depth, None for a warm-up's
     for n in depths:
         depth_of += [None] * (3 * warm) + [n] * (3 * per_depth[n])
     if (set(kinds) != set(ARMS) or len(set(kinds.values())) != 1 or warm != 5
@@ -186,17 +217,22 @@ def main():
     # and its own events, which end a floor's wait for its completion.
     woken = [t for t, _, _, e, x in events if e == "sched_switch" and f"next_pid={bench} " in x + " "]
     own = [t for t, p, _, e, _ in events if p == bench and e != "sched_switch"]
-    steps = collections.defaultdict(list)
-    spans = collections.defaultdict(list)
-    wakes = collections.defaultdict(list)
-    phases = collections.defaultdict(list)
-    dropped = collections.Counter()
+    # Per depth (steps) or per (depth, arm): a row of named times per arm;
+    # the wake-up's two times (None where not seen); the four phases and
+    # whether the worker started on the arm's CPU.
+    steps: collections.defaultdict[int, list[dict[str, Any]]] = collections.defaultdict(list)
+    spans: collections.defaultdict[tuple[int, str], list[dict[str, Any]]] = collections.defaultdict(list)
+    wakes: collections.defaultdict[tuple[int, str], list[tuple[float, float | None] | None]] = \
+        collections.defaultdict(list)
+    phases: collections.defaultdict[tuple[int, str], list[tuple[float, float, float, float, bool]]] = \
+        collections.defaultdict(list)
+    dropped: collections.Counter[str] = collections.Counter()
     for (kind, ev), n in zip(found, depth_of):
         if n is None:
             continue
         t0, cpu, t1 = ev[0][0], ev[0][2], ev[-1][0]
 
-        def first(name, after=t0):
+        def first(name: str, after: float = t0) -> float | None:
             return next((t for t, _, _, e, _ in ev if e == name and t >= after), None)
 
         tmod, tmr = first("rmodify"), first("rmodify_ret")

@@ -32,6 +32,9 @@ the floor alternate there, so both medians hold each position equally.
 The marks are a summary, not a test: timings never fail anything.
 """
 
+from __future__ import annotations
+
+import argparse
 import collections
 import math
 import os
@@ -40,18 +43,21 @@ import re
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 START = re.compile(r"rdma_drain_bench: start,samples=(\d+)")
 LINE = re.compile(r"rdma_drain_bench: sample,(\w+),(\d+),(\w+),(\d+),(\d+)(?:,(\d+))?")
+# One arm's samples (ns) by their position in the sample.
+ByPos = Mapping[int, list[int]]
 
 
-def pct(xs, p):
+def pct(xs: Iterable[float], p: float) -> float:
     xs = sorted(xs)
     k = min(len(xs) - 1, max(0, round(p / 100 * (len(xs) - 1))))
     return xs[k]
 
 
-def location(xs):
+def location(xs: Iterable[float]) -> float:
     """The 10% trimmed mean of log(ns): the drains' times are bimodal here
     (a wake-up is quick or waits for a tick), which makes a median jump
     between the modes; trimming keeps the rare stalls of tens of ms out."""
@@ -60,7 +66,7 @@ def location(xs):
     return statistics.fmean(ls[k:len(ls) - k])
 
 
-def ratio(a, b, z, rng):
+def ratio(a: ByPos, b: ByPos, z: float, rng: random.Random) -> tuple[float, float, float]:
     """Rust/C (or C2/C): exp of the difference of `location` between the two
     arms within each position in the sample, averaged over the positions,
     and its interval: z standard errors either side on the log scale, the
@@ -69,11 +75,12 @@ def ratio(a, b, z, rng):
     return pooled([(a, b)], z, rng)
 
 
-def pooled(pairs, z, rng):
+def pooled(pairs: Iterable[tuple[ByPos, ByPos]], z: float,
+           rng: random.Random) -> tuple[float, float, float]:
     """`ratio` over several cells, pairs [(a, b), ...]: the mean of the
     cells' log differences, each cell weighing the same, its interval from a
     bootstrap that resamples every cell within each position, independently."""
-    cells = []
+    cells: list[tuple[ByPos, ByPos, list[int]]] = []
     for a, b in pairs:
         pos = sorted(a.keys() & b.keys())
         if not pos and a and b:
@@ -84,7 +91,7 @@ def pooled(pairs, z, rng):
             return float("nan"), float("nan"), float("nan")
         cells.append((a, b, pos))
 
-    def est(pick):
+    def est(pick: Callable[[list[int]], list[int]]) -> float:
         return statistics.fmean(
             statistics.fmean(location(pick(a[p])) - location(pick(b[p])) for p in pos) for a, b, pos in cells)
 
@@ -97,7 +104,7 @@ def pooled(pairs, z, rng):
 BOOTSTRAP = 400
 
 
-def z_for(alpha):
+def z_for(alpha: float) -> float:
     """Two-sided normal quantile: P(|Z| > z) = alpha."""
     return statistics.NormalDist().inv_cdf(1 - alpha / 2)
 
@@ -105,17 +112,33 @@ def z_for(alpha):
 DIRECT_MARGIN_NS = 20_000
 
 
-def us(ns):
+def us(ns: float) -> str:
     return f"{ns / 1000:.1f}"
 
 
-def main():
-    log, out = sys.argv[1], sys.argv[2]
-    host = sys.argv[3] if len(sys.argv) > 3 else "Host: vCPU placement not given."
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=(__doc__ or "").partition("\n\n")[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("log", metavar="CONSOLE-LOG", help="the bench guest's console log")
+    parser.add_argument("out", metavar="OUTDIR", help="where to write samples.csv, table.md, latency.png")
+    parser.add_argument("host", metavar="HOST-LINE", nargs="?", default="Host: vCPU placement not given.",
+                        help="the line that heads table.md (scripts/bench.sh: where the vCPU threads ran)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    log: str = args.log
+    out: str = args.out
+    host: str = args.host
     os.makedirs(out, exist_ok=True)
-    data = collections.defaultdict(list)
-    bypos = collections.defaultdict(lambda: collections.defaultdict(list))
-    rows, want = [], None
+    # (context, depth, implementation): [(sample, ns)], and by position.
+    data: collections.defaultdict[tuple[str, int, str], list[tuple[int, int]]] = collections.defaultdict(list)
+    bypos: collections.defaultdict[tuple[str, int, str], collections.defaultdict[int, list[int]]] = \
+        collections.defaultdict(lambda: collections.defaultdict(list))
+    rows: list[tuple[str, int, str, int, int, int]] = []
+    want: list[int] | None = None
     with open(log, errors="replace") as f:
         for line in f:
             start = START.search(line)
@@ -138,8 +161,8 @@ def main():
                  f" (first: {bad[0]}) in {log}")
     with open(f"{out}/samples.csv", "w") as f:
         f.write("ctx,n,impl,sample,ns,position\n")
-        for r in rows:
-            f.write(",".join(map(str, r)) + "\n")
+        for row in rows:
+            f.write(",".join(map(str, row)) + "\n")
 
     ctxs = list(dict.fromkeys(r[0] for r in rows))
     depths = sorted({r[1] for r in rows})
@@ -151,9 +174,9 @@ def main():
         "| Rust/C [interval] | C2/C [interval] | noise | Rust − floor (µs) | mark |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    plot = []
-    marks = collections.Counter()
-    pool = []
+    plot: list[tuple[str, int, float, float, float]] = []  # (context, N, medians: Rust, C, floor)
+    marks: collections.Counter[str] = collections.Counter()
+    pool: list[tuple[ByPos, ByPos, ByPos]] = []  # (Rust, C, C2) of the non-direct cells with C2
     for ctx, n in cells:
         rng = random.Random(f"{ctx},{n}")
         rd, cd, c2d = (bypos[(ctx, n, imp)] for imp in ("rust", "c", "c2"))
@@ -233,8 +256,8 @@ def main():
     with open(f"{out}/medians.dat", "w") as f:
         for ctx in ctxs:
             f.write(f"# {ctx}\n")
-            for (c, n, rm, cm, fm) in plot:
-                if c == ctx:
+            for (pctx, n, rm, cm, fm) in plot:
+                if pctx == ctx:
                     f.write(f"{depths.index(n)} {n} {rm / 1000} {cm / 1000} {fm / 1000}\n")
             f.write("\n\n")
     gp = [
