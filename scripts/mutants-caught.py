@@ -7,37 +7,59 @@ run-level failure (kernel reports, a run cut short, missing suites). A
 guest that never powered off (a drain that hangs) is named by the suite
 that was running, from the console log beside RESULTS."""
 
+from __future__ import annotations
+
+import argparse
 import os
 import re
-import sys
+from collections.abc import Sequence
 
-lines = open(sys.argv[1], errors="replace").read().splitlines()
-out = []
-for line in lines:
-    m = re.match(r"^  ([a-z_]+): \d+ passed, [1-9]\d* failed", line)
-    if m and m.group(1) != "host_checks":
-        out.append(m.group(1))
-for line in lines:
-    m = re.match(r"^FAIL: host check (\S+)", line)
-    if m:
-        out.append(m.group(1))
-kinds = [
+KINDS = [
     ("kernel report", "kernel report"),
     ("the run did not reach its end", "run cut short"),
     ("did not report", "suites missing"),
     ("expected at least", "suites short"),
     ("insmod", "insmod failed"),
 ]
-for needle, label in kinds:
-    if any(l.startswith("FAIL:") and needle in l for l in lines):
-        out.append(label)
-if any("did not power off" in l for l in lines):
-    console = os.path.join(os.path.dirname(sys.argv[1]), "console-mutant.log")
-    running = "?"
-    with open(console, errors="replace") as f:
-        for line in f:
-            m = re.search(r"# Subtest: (\S+)|rust-drain: suite (\S+) starts", line)
-            if m:
-                running = m.group(1) or m.group(2)
-    out.append(f"hung in {running} (boot timeout)")
-print(", ".join(dict.fromkeys(out)) or "the run failed (see its results)")
+
+
+def caught(results: str) -> str:
+    """The line for RESULTS, a run-tests.sh output."""
+    with open(results, errors="replace") as f:
+        lines = f.read().splitlines()
+    out = []
+    for line in lines:
+        m = re.match(r"^  ([a-z_]+): \d+ passed, [1-9]\d* failed", line)
+        if m and m.group(1) != "host_checks":
+            out.append(m.group(1))
+    for line in lines:
+        m = re.match(r"^FAIL: host check (\S+)", line)
+        if m:
+            out.append(m.group(1))
+    for needle, label in KINDS:
+        if any(l.startswith("FAIL:") and needle in l for l in lines):
+            out.append(label)
+    if any("did not power off" in l for l in lines):
+        console = os.path.join(os.path.dirname(results), "console-mutant.log")
+        running = "?"
+        with open(console, errors="replace") as f:
+            for line in f:
+                m = re.search(r"# Subtest: (\S+)|rust-drain: suite (\S+) starts", line)
+                if m:
+                    running = m.group(1) or m.group(2)
+        out.append(f"hung in {running} (boot timeout)")
+    return ", ".join(dict.fromkeys(out)) or "the run failed (see its results)"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=(__doc__ or "").partition("\n\n")[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("results", metavar="RESULTS",
+                        help="run-tests.sh's output for the mutant (console-mutant.log beside it)")
+    args = parser.parse_args(argv)
+    print(caught(args.results))
+
+
+if __name__ == "__main__":
+    main()
