@@ -20,6 +20,7 @@ else
 fi
 # The samples wait in the log buffer until the drains are done
 # (scripts/guest/rdma.sh): 25,200 lines by default, ~64 bytes each.
+# shellcheck disable=SC2017 # 8 MiB per 420 samples or part of 420: rounded up first
 args="$args log_buf_len=$(((samples + 419) / 420 * 8))M"
 if [ "${PROFILE:-0}" != 1 ]; then
 	for p in ${BENCH_PARAMS:-}; do

@@ -67,6 +67,7 @@ kernel=$(defined "$build/rust/kernel.o" -C) || fail "cannot read rust/kernel.o"
 mods=("$core"/drain*.o)
 mapfile -t -O "${#mods[@]}" mods < <(find "$ext" -name '*.o' ! -name '*.mod.o' 2>/dev/null)
 [ "${#mods[@]}" -ge 4 ] || fail "expected drain.o, drain_test.o and the project's modules, found: ${mods[*]}"
+# shellcheck disable=SC2043 # one type today; the list is where another goes
 for t in infiniband::concurrent::DrainJob; do
 	# No grep -q in pipes here: with pipefail, its early exit is a failure.
 	if ! grep -F "$t>" <<<"$kernel" | grep -F 'WorkItemPointer<0>>::run' >/dev/null; then
@@ -89,6 +90,7 @@ done
 
 # The QP event handler that C keeps a pointer to is vmlinux's, too.
 handler='<kernel::infiniband::owned_qp::QpEvents>::handle'
+# shellcheck disable=SC2001 # per line, anchored at its start
 if ! grep -qxF "$handler" <<<"$(sed 's/^[0-9a-f]* [Tt] //' <<<"$kernel")"; then
 	fail "$handler is not in rust/kernel.o"
 else

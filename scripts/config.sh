@@ -6,7 +6,8 @@
 
 src=$1 build=$2
 shift 2
-set -- $(realpath "$@")
+mapfile -t fragments < <(realpath "$@")
+set -- "${fragments[@]}"
 log=$CACHE/logs/config.log
 want=$(cat "$@" | sha256sum | cut -c1-16)
 if [ -f "$build/.config" ] && [ "$(cat "$build/.config.fragment-hash" 2>/dev/null)" = "$want" ]; then

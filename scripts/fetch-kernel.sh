@@ -53,7 +53,9 @@ done_step
 
 step "fetch-kernel: unpack"
 rm -rf "$CACHE/pristine" "$CACHE/pristine.tmp" "$CACHE/deb"
-deb=$(ls "$CACHE"/dl/"$pkg"_*.deb | head -n 1)
+debs=("$CACHE"/dl/"$pkg"_*.deb)
+deb=${debs[0]}
+[ -f "$deb" ] || die fetch-kernel "$log" "apt-get download left no $pkg .deb in $CACHE/dl"
 dpkg-deb -x "$deb" "$CACHE/deb" >>"$log" 2>&1 || die fetch-kernel "$log" "dpkg-deb -x failed"
 mkdir -p "$CACHE/pristine.tmp"
 tar -C "$CACHE/pristine.tmp" --strip-components=1 -xf "$CACHE"/deb/usr/src/"$pkg".tar.xz \

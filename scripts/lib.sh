@@ -6,8 +6,11 @@ trap 'echo "ERROR: $0: line $LINENO: command failed (exit $?)" >&2' ERR
 
 TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CACHE=${RDMA_RUST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rdma-rust-drain}
+# shellcheck disable=SC2034 # for the scripts that source this file
 KVER_SERIES=7.3
+# shellcheck disable=SC2034 # for the scripts that source this file
 KVER_PIN=7.3.4-1~bpo13+1
+# shellcheck disable=SC2034 # for the scripts that source this file
 BINDGEN_VERSION=0.73.2
 LLVM_BIN=/usr/lib/llvm-19/bin
 
@@ -73,11 +76,11 @@ new_file_paths() {
 	local overlay=$1 f
 	shift
 	[ $# -gt 0 ] || return 0
-	for f in $(sed -n 's|^+++ b/||p' "$@" | LC_ALL=C sort -u); do
+	while read -r f; do
 		if [ -f "$overlay/$f" ] && [ ! -f "$CACHE/pristine/$f" ]; then
 			echo "$f"
 		fi
-	done
+	done < <(sed -n 's|^+++ b/||p' "$@" | LC_ALL=C sort -u)
 }
 
 # copy_series_files PATCH DIR: copy the new files that patches/new-files gives
@@ -90,6 +93,7 @@ copy_series_files() {
 		if [[ $(basename "$p") > "$name" ]]; then later=("$p" "${later[@]}"); fi
 	done
 	tmp=$(mktemp -d)
+	# shellcheck disable=SC2013 # words: a line of new-files gives several paths
 	for path in $(awk -F': ' -v n="$name" '$1 == n { print $2 }' "$TOP/patches/new-files"); do
 		[ -e "$TOP/$path" ] || die series "" "patches/new-files: no $path"
 		for f in $(cd "$TOP" && find "$path" -type f | LC_ALL=C sort); do
@@ -142,7 +146,8 @@ tsc_args() {
 guest_qemu() {
 	local flavour=$1 build=$CACHE/build-$1 log=$2
 	shift 2
-	QEMU=(qemu-system-x86_64 -name "rdma-$flavour,debug-threads=on" -machine q35 -cpu max,+arat -smp "$GUEST_CPUS" -m 2G
+	# shellcheck disable=SC2034 # for the caller
+	QEMU=(qemu-system-x86_64 -name "rdma-$flavour,debug-threads=on" -machine q35 -cpu "max,+arat" -smp "$GUEST_CPUS" -m 2G
 		-kernel "$build/arch/x86/boot/bzImage" -initrd "$build/initramfs.cpio.gz"
 		-append "$(tsc_args) console=ttyS0 panic=-1 oops=panic rdinit=/init loglevel=7 dummy.numdummies=2 $*"
 		-display none -serial "file:$log" -no-reboot)

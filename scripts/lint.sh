@@ -20,8 +20,8 @@ fi
 done_step
 
 step "lint: clippy (CLIPPY=1)"
-run_logged "$log.clippy" make -C "$src" O="$build" LLVM=1 -j"$(nproc)" CLIPPY=1 &&
-	run_logged "$log.clippy-ext" make -C "$build" LLVM=1 M="$TOP" MO="$CACHE/ext-test" CLIPPY=1 modules ||
+{ run_logged "$log.clippy" make -C "$src" O="$build" LLVM=1 -j"$(nproc)" CLIPPY=1 &&
+	run_logged "$log.clippy-ext" make -C "$build" LLVM=1 M="$TOP" MO="$CACHE/ext-test" CLIPPY=1 modules; } ||
 	die lint "$log.clippy" "the clippy build failed"
 # Only what the project's files add; the rest of the tree is not ours.
 mine=$(cd "$TOP" && git ls-files '*.rs' | sed 's|^|/|' | paste -sd'|')

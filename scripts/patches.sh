@@ -46,6 +46,7 @@ for p in "$TOP"/patches/*.patch; do
 	rm -f "$repo/.commitmsg"
 done
 # The series ends with every new file at its version in the overlay.
+# shellcheck disable=SC2013 # words: a line of new-files gives several paths
 for path in $(sed -n 's/^[^#][^:]*: //p' "$TOP/patches/new-files"); do
 	for f in $(cd "$TOP" && find "$path" -type f); do
 		cmp -s "$TOP/$f" "$repo/$f" || die patches "" "the series ends with another $f than the overlay's"
@@ -55,7 +56,7 @@ done
 rm -rf "$out"
 mkdir -p "$out"
 "${G[@]}" format-patch -q --no-signature -o "$out" "$base"
-echo "patches: $(ls "$out" | wc -l) patches in $out"
+echo "patches: $(find "$out" -maxdepth 1 -name '*.patch' | wc -l) patches in $out"
 # checkpatch asks about MAINTAINERS for every new file; the series adds the
 # F: lines the new directories need (drivers/infiniband/ has one already).
 cp_log=$CACHE/logs/checkpatch.log

@@ -24,6 +24,7 @@ rm -f "$ilog" "$tlogs"-*.log
 init_pid="" target_pid="" boots=0
 : >"$ilog"
 
+# shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
 	for p in $init_pid $target_pid; do kill -9 "$p" 2>/dev/null || true; done
 	rm -rf "$dir"
@@ -65,7 +66,7 @@ EOF
 act() {
 	case $1 in
 	kill-target)
-		kill -9 "$target_pid" && wait "$target_pid" 2>/dev/null || true
+		{ kill -9 "$target_pid" && wait "$target_pid" 2>/dev/null; } || true
 		target_pid=""
 		;;
 	boot-target) boot_target ;;

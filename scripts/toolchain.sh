@@ -18,7 +18,7 @@ if [ -n "$missing" ]; then
 	[ "$(id -u)" = 0 ] || die toolchain "" "need root to install:$missing"
 	run_logged "$log" apt-get update ||
 		die toolchain "$log" "apt-get update failed (mirror unreachable?)"
-	# shellcheck disable=SC2086
+	# shellcheck disable=SC2086 # missing: package names, one word each
 	DEBIAN_FRONTEND=noninteractive run_logged "$log" \
 		apt-get install -y --no-install-recommends $missing ||
 		die toolchain "$log" "apt-get install failed"

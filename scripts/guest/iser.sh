@@ -55,6 +55,7 @@ target_setup() {
 		echo 0 >$P/attrib/demo_mode_write_protect || return 1
 	# The portal listens on TCP; its iser attribute adds ib_isert's RDMA/CM
 	# listener on the same address.
+	# shellcheck disable=SC2015 # the message on a failure of any step
 	mkdir $NP && echo 1 >$NP/iser && grep -qx 1 $NP/iser || { echo "no iSER listener on $ADDR:$PORT"; return 1; }
 	echo 1 >$P/enable
 }
@@ -96,12 +97,14 @@ target_has_session() {
 # Logs in; sets $sess (the iscsi_session in sysfs) and $dev (its SCSI disk).
 login() {
 	node --login || { echo "login to $IQN failed"; return 1; }
+	# shellcheck disable=SC2012 # sysfs names: no blanks
 	sess=$(ls -d /sys/class/iscsi_session/session* 2>/dev/null | head -n 1)
 	[ -n "$sess" ] || { echo "logged in, but no iscsi_session"; return 1; }
 	wait_until 10 target_has_session || return 1
 	dev=""
 	# The LUN scan runs after the login returns.
 	for _ in $(seq 200); do
+		# shellcheck disable=SC2012 # sysfs names: no blanks
 		dev=$(ls "$sess"/device/target*/*/block 2>/dev/null | head -n 1)
 		[ -n "$dev" ] && [ -b "/dev/$dev" ] && return 0
 		sleep 0.1
@@ -147,6 +150,7 @@ initiator_remove() {
 	# iscsid goes in any case.
 	pid=$(cat /tmp/iscsid.pid 2>/dev/null)
 	if [ -n "$pid" ]; then
+		# shellcheck disable=SC2015 # kill -9 if either fails
 		kill "$pid" && wait_until 10 gone "$pid" || { kill -9 "$pid"; rc=1; }
 	fi
 	return $rc
@@ -162,7 +166,7 @@ target_remove() {
 	[ -L $P/lun/lun_0/nullb3 ] && rm $P/lun/lun_0/nullb3
 	for d in $P/lun/lun_0 $P $T $CFS/target/iscsi $BS $CFS/target/core/iblock_3 \
 		$CFS/nullb/nullb3; do
-		[ -d $d ] && rmdir $d
+		[ -d "$d" ] && rmdir "$d"
 	done
 	rmmod ib_isert iscsi_target_mod || return 1
 	ls -d $CFS/target/core/iblock_* >/dev/null 2>&1 || rmmod target_core_iblock

@@ -73,13 +73,13 @@ nfs_umount() {
 
 # Writes 4 MiB of random data to $MNT/$1 and keeps a copy in /tmp.
 write_file() {
-	dd if=/dev/urandom of=/tmp/nfs.$1 bs=64k count=64 2>/dev/null &&
+	dd if=/dev/urandom of="/tmp/nfs.$1" bs=64k count=64 2>/dev/null &&
 		bounded 60 sh -c "cp /tmp/nfs.$1 $MNT/$1 && sync"
 }
 
 # Compares $MNT/$1 with the copy in /tmp.
 same() {
-	bounded 60 cmp /tmp/nfs.$1 $MNT/$1
+	bounded 60 cmp "/tmp/nfs.$1" "$MNT/$1"
 }
 
 # Leaves nothing for the suites after this one (a failed step above may
@@ -101,10 +101,10 @@ cleanup() {
 # and compare, remove, unmount. Each unmount closes the client's transport.
 cycle() {
 	rc=0
-	nfs_mount && write_file f$1 && nfs_umount && nfs_mount || return 1
-	same f$1 || rc=1
-	bounded 60 rm -f $MNT/f$1
-	rm -f /tmp/nfs.f$1
+	nfs_mount && write_file "f$1" && nfs_umount && nfs_mount || return 1
+	same "f$1" || rc=1
+	bounded 60 rm -f "$MNT/f$1"
+	rm -f "/tmp/nfs.f$1"
 	nfs_umount && [ $rc = 0 ]
 }
 

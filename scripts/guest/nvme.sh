@@ -41,10 +41,12 @@ connect() {
 		{ echo "connect failed"; return 1; }
 	dev=""
 	for _ in $(seq 50); do
+		# shellcheck disable=SC2012 # device names: no blanks
 		dev=$(ls /dev/nvme*n1 2>/dev/null | head -n 1)
 		[ -n "$dev" ] && break
 		sleep 0.1
 	done
+	# shellcheck disable=SC2012 # sysfs names: no blanks
 	ctrl=$(ls -d /sys/class/nvme/nvme* 2>/dev/null | head -n 1)
 	[ -n "$dev" ] || { echo "no namespace after connect"; echo 1 >"$ctrl/delete_controller"; return 1; }
 }
@@ -81,10 +83,10 @@ cycles() {
 
 check nvmet_rdma_target_setup setup_target
 check drain_tracepoint_enabled trace_on
-check nvme_rdma_${CYCLES}_cycles_data_matches cycles
+check "nvme_rdma_${CYCLES}_cycles_data_matches" cycles
 # Each cycle tears down an admin and at least one I/O queue on each side.
 check drains_ran_on_both_sides drains_traced $((CYCLES * 4))
-echo "rust-drain: $(grep -c cq_drain_complete $TRACE/trace 2>/dev/null) cq_drain_complete events in $CYCLES nvme cycles"
+echo "rust-drain: $(grep -c cq_drain_complete "$TRACE/trace" 2>/dev/null) cq_drain_complete events in $CYCLES nvme cycles"
 
 ktap_end nvme_rdma_rxe
 
@@ -144,6 +146,7 @@ connect_retry() {
 #   away under the host's queues and ib_cq_pool_cleanup() WARNs.
 race() {
 	connect_retry || return 1
+	# shellcheck disable=SC2086 # forms: a list of words, one per form
 	set -- $forms
 	shift $((race_i % $#))
 	other=""

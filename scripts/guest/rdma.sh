@@ -181,9 +181,9 @@ wait_until() {
 # nullb_add NAME: a 64 MiB null_blk disk of its own, made through configfs
 # (iblock opens its disk exclusively, so each suite has one).
 nullb_add() {
-	mkdir /sys/kernel/config/nullb/$1 && echo 64 >/sys/kernel/config/nullb/$1/size &&
-		echo 1 >/sys/kernel/config/nullb/$1/memory_backed &&
-		echo 1 >/sys/kernel/config/nullb/$1/power && wait_until 5 test -b /dev/$1
+	mkdir "/sys/kernel/config/nullb/$1" && echo 64 >"/sys/kernel/config/nullb/$1/size" &&
+		echo 1 >"/sys/kernel/config/nullb/$1/memory_backed" &&
+		echo 1 >"/sys/kernel/config/nullb/$1/power" && wait_until 5 test -b "/dev/$1"
 }
 
 # Runs rdma_drain_bench with "$@" and the kernel command line's
@@ -193,13 +193,14 @@ nullb_add() {
 # the whole log buffer from here instead, in one stream that nothing else
 # on the console cuts into (bench.sh boots with a log buffer big enough).
 bench_insmod() {
+	# shellcheck disable=SC3043 # busybox sh has local
 	local ko params level rc
 	ko=$(find /lib/modules/*/updates -name rdma_drain_bench.ko)
 	params=$(tr ' ' '\n' </proc/cmdline | sed -n 's/^rdma_drain_bench\.//p')
 	level=$(cut -f1 /proc/sys/kernel/printk)
 	dmesg -c >/dev/null
 	echo 5 >/proc/sys/kernel/printk
-	# shellcheck disable=SC2086
+	# shellcheck disable=SC2086 # params: one word per parameter
 	insmod "$ko" "$@" $params
 	rc=$?
 	dmesg -c

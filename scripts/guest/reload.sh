@@ -17,16 +17,18 @@ ktap_begin rdma_ib_core_reload
 # The target's ports, namespaces and subsystems hold nvmet-rdma.
 nvmet_clear() {
 	[ -d $CFG/ports ] || { echo "no nvmet configuration at $CFG"; return 1; }
-	for l in $CFG/ports/*/subsystems/*; do [ -L "$l" ] && rm "$l"; done
-	for d in $CFG/ports/* $CFG/subsystems/*/namespaces/* $CFG/subsystems/*; do
+	for l in "$CFG"/ports/*/subsystems/*; do [ -L "$l" ] && rm "$l"; done
+	for d in "$CFG"/ports/* "$CFG"/subsystems/*/namespaces/* "$CFG"/subsystems/*; do
 		[ -d "$d" ] && rmdir "$d"
 	done
+	# shellcheck disable=SC2010 # the entries of both, without ls's headers; configfs names: no blanks
 	ls $CFG/ports $CFG/subsystems | grep -v ':$' | grep . && return 1
 	return 0
 }
 
 # Unloads module $1 after every module that uses it.
 unload_tree() {
+	# shellcheck disable=SC3043 # busybox sh has local (unload_tree recurses)
 	local users u
 	users=$(awk -v m="$1" '$1 == m && $4 != "-" { print $4 }' /proc/modules | tr ',' ' ')
 	for u in $users; do
@@ -41,6 +43,7 @@ unload_tree() {
 # as their own stream, which the host reads.
 rxe_suite() {
 	rxe1_add || return 1
+	# shellcheck disable=SC2015 # rxe1_delete if either fails
 	insmod "$(find /lib/modules/*/updates -name rdma_drain_rxe_test.ko)" &&
 		rmmod rdma_drain_rxe_test || { rxe1_delete; return 1; }
 	rxe1_delete

@@ -57,7 +57,7 @@ closed() {
 
 # Unmaps it: the session closes with it.
 unmap() {
-	echo normal >/sys/block/$dev/rnbd/unmap_device || { echo "unmap_device refused"; return 1; }
+	echo normal >"/sys/block/$dev/rnbd/unmap_device" || { echo "unmap_device refused"; return 1; }
 	closed
 }
 
@@ -65,8 +65,8 @@ unmap() {
 cycle() {
 	map || return 1
 	dd if=/dev/urandom of=/tmp/rnbd.pattern bs=4096 count=64 2>/dev/null
-	dd if=/tmp/rnbd.pattern of=/dev/$dev bs=4096 count=64 seek="$1" oflag=direct 2>/dev/null &&
-		dd if=/dev/$dev of=/tmp/rnbd.readback bs=4096 count=64 skip="$1" iflag=direct 2>/dev/null &&
+	dd if=/tmp/rnbd.pattern of="/dev/$dev" bs=4096 count=64 seek="$1" oflag=direct 2>/dev/null &&
+		dd if="/dev/$dev" of=/tmp/rnbd.readback bs=4096 count=64 skip="$1" iflag=direct 2>/dev/null &&
 		cmp /tmp/rnbd.pattern /tmp/rnbd.readback
 	rc=$?
 	unmap || rc=1

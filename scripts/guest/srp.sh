@@ -31,9 +31,9 @@ setup() {
 	nullb_add nullb1 || return 1
 	mkdir -p $BS && echo "udev_path=/dev/nullb1" >$BS/control && echo 1 >$BS/enable || return 1
 	mkdir -p $S && echo $PORT >$S/discovery_auth/rdma_cm_port || return 1
-	mkdir -p $P/lun/lun_0 && ln -s $BS $P/lun/lun_0/nullb1 &&
-		mkdir -p $P/acls/$ADDR/lun_0 && ln -s $P/lun/lun_0 $P/acls/$ADDR/lun_0/lun_0 &&
-		echo 1 >$P/enable
+	mkdir -p "$P/lun/lun_0" && ln -s "$BS" "$P/lun/lun_0/nullb1" &&
+		mkdir -p "$P/acls/$ADDR/lun_0" && ln -s "$P/lun/lun_0" "$P/acls/$ADDR/lun_0/lun_0" &&
+		echo 1 >"$P/enable"
 }
 
 # Best effort, step by step: a setup that stopped halfway leaves less to
@@ -42,13 +42,13 @@ teardown() {
 	for r in /sys/class/srp_remote_ports/port-*; do
 		[ -e "$r/delete" ] && echo 1 >"$r/delete"
 	done
-	[ -e $P/enable ] && echo 0 >$P/enable
-	[ -L $P/acls/$ADDR/lun_0/lun_0 ] && rm $P/acls/$ADDR/lun_0/lun_0
-	for d in $P/acls/$ADDR/lun_0 $P/acls/$ADDR; do [ -d $d ] && rmdir $d; done
-	[ -L $P/lun/lun_0/nullb1 ] && rm $P/lun/lun_0/nullb1
-	for d in $P/lun/lun_0 $P $S/$TP; do [ -d $d ] && rmdir $d; done
+	[ -e "$P/enable" ] && echo 0 >"$P/enable"
+	[ -L "$P/acls/$ADDR/lun_0/lun_0" ] && rm "$P/acls/$ADDR/lun_0/lun_0"
+	for d in "$P/acls/$ADDR/lun_0" "$P/acls/$ADDR"; do [ -d "$d" ] && rmdir "$d"; done
+	[ -L "$P/lun/lun_0/nullb1" ] && rm "$P/lun/lun_0/nullb1"
+	for d in "$P/lun/lun_0" "$P" "$S/$TP"; do [ -d "$d" ] && rmdir "$d"; done
 	[ -e $S/discovery_auth/rdma_cm_port ] && echo 0 >$S/discovery_auth/rdma_cm_port
-	for d in $S $BS $CFS/target/core/iblock_1 $CFS/nullb/nullb1; do [ -d $d ] && rmdir $d; done
+	for d in $S "$BS" $CFS/target/core/iblock_1 $CFS/nullb/nullb1; do [ -d "$d" ] && rmdir "$d"; done
 	wait_until 30 sh -c "! ls -d /sys/class/srp_remote_ports/port-* >/dev/null 2>&1" &&
 		rmmod ib_srp ib_srpt target_core_iblock
 }
@@ -59,13 +59,15 @@ login() {
 	g=${g#0x}
 	bounded 60 sh -c "echo id_ext=$g,ioc_guid=$g,dest=$ADDR:$PORT,ch_count=2 \
 		>/sys/class/infiniband_srp/srp-rxe0-1/add_target" || { echo "add_target refused"; return 1; }
+	# shellcheck disable=SC2012 # sysfs names: no blanks
 	rport=$(ls -d /sys/class/srp_remote_ports/port-* | head -n 1)
 	host=${rport##*/port-}
 	host=${host%%:*}
 	dev=""
 	for _ in $(seq 100); do
-		dev=$(ls /sys/class/scsi_host/host$host/device/target*/*/block 2>/dev/null | head -n 1)
-		[ -n "$dev" ] && [ -b /dev/$dev ] && return 0
+		# shellcheck disable=SC2012 # sysfs names: no blanks
+		dev=$(ls /sys/class/scsi_host/host"$host"/device/target*/*/block 2>/dev/null | head -n 1)
+		[ -n "$dev" ] && [ -b "/dev/$dev" ] && return 0
 		sleep 0.1
 	done
 	echo "no disk on SCSI host $host within 10 s"
@@ -73,7 +75,7 @@ login() {
 }
 
 logout() {
-	echo 1 >$rport/delete && wait_until 30 sh -c "! test -e /sys/class/scsi_host/host$host"
+	echo 1 >"$rport/delete" && wait_until 30 sh -c "! test -e /sys/class/scsi_host/host$host"
 }
 
 # One cycle: log in, write a pattern at block $1, read it back, compare,
@@ -81,8 +83,8 @@ logout() {
 cycle() {
 	login || return 1
 	dd if=/dev/urandom of=/tmp/srp.pattern bs=4096 count=64 2>/dev/null
-	dd if=/tmp/srp.pattern of=/dev/$dev bs=4096 count=64 seek="$1" oflag=direct 2>/dev/null &&
-		dd if=/dev/$dev of=/tmp/srp.readback bs=4096 count=64 skip="$1" iflag=direct 2>/dev/null &&
+	dd if=/tmp/srp.pattern of="/dev/$dev" bs=4096 count=64 seek="$1" oflag=direct 2>/dev/null &&
+		dd if="/dev/$dev" of=/tmp/srp.readback bs=4096 count=64 skip="$1" iflag=direct 2>/dev/null &&
 		cmp /tmp/srp.pattern /tmp/srp.readback
 	rc=$?
 	logout || rc=1

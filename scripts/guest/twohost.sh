@@ -77,7 +77,7 @@ if [ "$ROLE" = target ]; then
 	# Until the host kills this VM; now and then, what drained so far.
 	while :; do
 		sleep 30
-		echo "rust-drain: 2host: target: $(grep -c cq_drain_complete $TRACE/trace) drains so far"
+		echo "rust-drain: 2host: target: $(grep -c cq_drain_complete "$TRACE/trace") drains so far"
 	done
 fi
 
@@ -118,6 +118,7 @@ reachable() { ping -c 1 -W 1 $TARGET >/dev/null 2>&1; }
 unreachable() { ! reachable; }
 
 # The one controller (a new one may get another number) and its namespace.
+# shellcheck disable=SC2012 # sysfs names: no blanks
 ctrl() { ls -d /sys/class/nvme/nvme* 2>/dev/null | head -n 1; }
 ns() { c=$(ctrl) && echo "/dev/${c##*/}n1"; }
 state() { cat "$(ctrl)/state" 2>/dev/null; }
@@ -126,6 +127,7 @@ not_live() { [ "$(state)" != live ]; }
 no_ctrl() { [ -z "$(ctrl)" ]; }
 
 connect() {
+	# shellcheck disable=SC2016 # $0: the inner sh's first argument
 	echo "transport=rdma,traddr=$TARGET,trsvcid=4420,nqn=$NQN,$OPTS" >/dev/nvme-fabrics &&
 		wait_until 10 sh -c 'test -b "$0"' "$(ns)" && live
 }
@@ -142,18 +144,19 @@ connect_retry() {
 
 # is_ns: the namespace is there, a block device (dd would make a file).
 is_ns() {
+	# shellcheck disable=SC2015 # the message if either fails
 	d=$(ns) && [ -b "$d" ] || { echo "no namespace block device ($d)"; return 1; }
 }
 
 # write_at BLOCK: a fresh 256 KiB pattern at BLOCK (4 KiB blocks), kept
 # in /tmp/pattern.BLOCK; check_at BLOCK reads it back and compares.
 write_at() {
-	is_ns && dd if=/dev/urandom of=/tmp/pattern.$1 bs=4096 count=64 2>/dev/null &&
-		dd if=/tmp/pattern.$1 of="$(ns)" bs=4096 count=64 seek="$1" oflag=direct 2>/dev/null
+	is_ns && dd if=/dev/urandom of="/tmp/pattern.$1" bs=4096 count=64 2>/dev/null &&
+		dd if="/tmp/pattern.$1" of="$(ns)" bs=4096 count=64 seek="$1" oflag=direct 2>/dev/null
 }
 check_at() {
 	is_ns && dd if="$(ns)" of=/tmp/readback bs=4096 count=64 skip="$1" iflag=direct 2>/dev/null &&
-		cmp /tmp/pattern.$1 /tmp/readback
+		cmp "/tmp/pattern.$1" /tmp/readback
 }
 io_verified() { write_at "$1" && check_at "$1"; }
 
@@ -170,7 +173,7 @@ io_start() {
 # It must end within 120 s of being told to (a request held across the
 # outage completes or fails once the controller is back).
 io_stop() {
-	kill $io_pid 2>/dev/null
+	kill "$io_pid" 2>/dev/null
 	wait_until 120 sh -c "! kill -0 $io_pid 2>/dev/null" && rm -f /tmp/io_pid
 }
 
@@ -209,10 +212,12 @@ events_per_ctrl() {
 # command timeouts at least N events in all. Each round's count goes to
 # the console too (check keeps only the last).
 recovered() {
-	echo 0 >$TRACE/tracing_on
+	echo 0 >"$TRACE/tracing_on"
+	# shellcheck disable=SC2086 # RECOVERY: drains_from's FN list
 	by_recovery=$(drains_from $RECOVERY)
+	# shellcheck disable=SC2086 # TIMEOUT: drains_from's FN list
 	by_timeout=$(drains_from $TIMEOUT)
-	echo 1 >$TRACE/tracing_on
+	echo 1 >"$TRACE/tracing_on"
 	out="$by_recovery drain events in error recovery, $by_timeout in command timeouts, want $1 in all and 2 in recovery"
 	echo "$out"
 	say "round $r: $out"
@@ -290,6 +295,7 @@ link_cut_long() {
 
 # delete_ctrl: deletes the controller, which must exist.
 delete_ctrl() {
+	# shellcheck disable=SC2015 # the message if either fails
 	c=$(ctrl) && [ -n "$c" ] || { echo "no controller to delete"; return 1; }
 	bounded 180 sh -c "echo 1 >$c/delete_controller" && wait_until 60 no_ctrl
 }
@@ -307,10 +313,11 @@ delete_unreachable() {
 	effect 30 unreachable || return 1
 	delete_ctrl || return 1
 	io_stop || return 1
-	echo 0 >$TRACE/tracing_on
+	echo 0 >"$TRACE/tracing_on"
 	by_delete=$(drains_from ib_drain_qp nvme_do_delete_ctrl)
+	# shellcheck disable=SC2086 # TIMEOUT: drains_from's FN list
 	by_timeout=$(drains_from $TIMEOUT)
-	echo 1 >$TRACE/tracing_on
+	echo 1 >"$TRACE/tracing_on"
 	echo "$by_delete drain events in the delete, $by_timeout in command timeouts, want $want in all"
 	say "round $r: $by_delete drain events in the delete, $by_timeout in command timeouts, want $want in all"
 	[ $((by_delete + by_timeout)) -ge "$want" ] || return 1
