@@ -1,15 +1,59 @@
 #!/usr/bin/env bash
 # Usage: scripts/lint.sh
-# The review checks: rustfmt on every .rs of the project, clippy over the
+# The review checks: shellcheck on every shell script of the repo and the
+# unit tests of the Python tools (scripts/*_test.py), which need no kernel
+# build; then rustfmt on every .rs of the project, clippy over the
 # kernel's Rust and the project's modules (make LLVM=1 CLIPPY=1), and
 # checkpatch.pl on the format-patch series (scripts/patches.sh), and docutils
 # on the reStructuredText the series adds to Documentation/.
 . "$(dirname "$0")/lib.sh"
 
 src=$CACHE/src build=$CACHE/build-test
-[ -f "$build/vmlinux" ] || die lint "" "build the test kernel first (make)"
 log=$CACHE/logs/lint.log
 rc=0
+
+# shell_scripts: the repo's shell scripts, one a line: every tracked *.sh,
+# and every other tracked file whose first line runs a shell (#!/bin/sh,
+# #!/usr/bin/env bash, ...) or tells shellcheck which shell it is for.
+shell_scripts() {
+	local f first
+	git -C "$TOP" ls-files | while read -r f; do
+		case $f in
+		*.sh) echo "$f" ;;
+		*)
+			first=""
+			if [ -f "$TOP/$f" ]; then IFS= read -r first <"$TOP/$f" || true; fi
+			if [[ $first =~ ^#!\ *(/usr)?/bin/(env\ +)?(ba|da|k)?sh(\ |$) ||
+				$first =~ ^#\ shellcheck\ shell= ]]; then
+				echo "$f"
+			fi
+			;;
+		esac
+	done
+}
+
+step "lint: shellcheck"
+mapfile -t scripts < <(shell_scripts)
+echo "lint: shellcheck: ${#scripts[@]} scripts"
+# From the top: .shellcheckrc there lets it follow the sourced files.
+if ! (cd "$TOP" && shellcheck "${scripts[@]}") >"$log.shellcheck" 2>&1; then
+	cat "$log.shellcheck"
+	rc=1
+fi
+done_step
+
+# results_test.py runs results.py, which parses with the tree's kunit.py:
+# without a fetched tree ($src) its tests are skipped, and say so.
+step "lint: python unit tests"
+if ! KERNEL_SRC=$src python3 -m unittest discover -v -s "$TOP/scripts" -p '*_test.py' >"$log.unittest" 2>&1; then
+	cat "$log.unittest"
+	rc=1
+else
+	grep -E "^(Ran |OK)|skipped '" "$log.unittest" || true
+fi
+done_step
+
+[ -f "$build/vmlinux" ] || die lint "" "build the test kernel first (make)"
 
 step "lint: rustfmt --check"
 if ! (cd "$TOP" && git ls-files '*.rs' | xargs rustfmt --check --edition 2021 \

@@ -5,7 +5,7 @@
 
 PKGS="clang-19 lld-19 llvm-19 libclang-19-dev flex bison bc libelf-dev libssl-dev
 cpio busybox-static qemu-system-x86 iproute2 kmod rsync dwarves xz-utils python3
-gnuplot-nox python3-docutils"
+gnuplot-nox python3-docutils shellcheck"
 
 log=$CACHE/logs/toolchain.log
 missing=""
