@@ -10,7 +10,8 @@
 #   make bench   Rust vs C drain latency on rxe (out/bench/: CSV, table, plot)
 #   make bench-profile  the direct-CQ drain step by step under ftrace
 #   make kunit   the unit suites through the tree's own kunit.py
-#   make lint    rustfmt, clippy (CLIPPY=1) and checkpatch.pl on the change
+#   make lint    shellcheck, the scripts' Python unit tests, rustfmt, clippy
+#                (CLIPPY=1) and checkpatch.pl on the change
 #   make patches the whole change as a git format-patch series (out/patches/)
 #   make patches-check  the kernel builds after each patch of the series
 #   make mutants deliberate breakages of the drain, each must fail a suite
