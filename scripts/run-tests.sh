@@ -44,12 +44,12 @@ refusal_rc=0
 for why in 'send queue: -22: cannot move the QP to the error state' \
 	'recv queue: -22: cannot move the QP to the error state' \
 	'recv queue: -12: cannot post the marker' \
-	'recv queue: -22: CQ 0 is not from ib_alloc_cq()' \
+	'recv queue: -22: its CQ is not from ib_alloc_cq()' \
 	'recv queue: -22: its receives come from an SRQ, drain it with ib_drain_qp()' \
 	'recv queue: -22: no CQ' \
-	'send queue: -22: CQ 0 is not from ib_alloc_cq()' \
+	'send queue: -22: its CQ is not from ib_alloc_cq()' \
 	'shared recv queue: -22: cannot move the QP to the error state' \
-	'shared recv queue: -22: CQ 0 is not from ib_alloc_cq()' \
+	'shared recv queue: -22: its CQ is not from ib_alloc_cq()' \
 	'shared recv queue: -22: no CQ'; do
 	# No grep -q in a pipe: under pipefail, tr's SIGPIPE would fail it.
 	tr -d '\r' <"$log" | grep -F "ib_core: fake0: QP 0x42: failed to drain $why" >/dev/null || {

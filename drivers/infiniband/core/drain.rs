@@ -156,7 +156,7 @@ unsafe fn drain_generic<'a, Q: WorkQueue<'a>>(q: &mut Q) {
     // The marker's completion must reach `DrainMarker`'s `done`, which only
     // ib_alloc_cq() CQs call; C would post and wait forever.
     if !cq.calls_cqe_done() {
-        refuse(qp, Q::NAME, Why::CqNotAllocated(cq.id()), EINVAL);
+        refuse(qp, Q::NAME, Why::CqNotAllocated, EINVAL);
         return;
     }
 
@@ -253,22 +253,8 @@ enum Why {
     Modify,
     OnSrq,
     NoCq,
-    CqNotAllocated(u32),
+    CqNotAllocated,
     Post,
-}
-
-impl Why {
-    const COUNT: usize = 5;
-
-    fn index(self) -> usize {
-        match self {
-            Why::Modify => 0,
-            Why::OnSrq => 1,
-            Why::NoCq => 2,
-            Why::CqNotAllocated(_) => 3,
-            Why::Post => 4,
-        }
-    }
 }
 
 impl kernel::fmt::Display for Why {
@@ -277,7 +263,7 @@ impl kernel::fmt::Display for Why {
             Why::Modify => f.write_str("cannot move the QP to the error state"),
             Why::OnSrq => f.write_str("its receives come from an SRQ, drain it with ib_drain_qp()"),
             Why::NoCq => f.write_str("no CQ"),
-            Why::CqNotAllocated(id) => write!(f, "CQ {id} is not from ib_alloc_cq()"),
+            Why::CqNotAllocated => f.write_str("its CQ is not from ib_alloc_cq()"),
             Why::Post => f.write_str("cannot post the marker"),
         }
     }
@@ -290,8 +276,9 @@ const QUEUES: [&str; 3] = ["send", "recv", "shared recv"];
 /// `WARN_ONCE()`, and, as its flags, in `.data..once` (which
 /// `/sys/kernel/debug/clear_warn_once` re-arms in a built-in ib_core).
 #[link_section = ".data..once"]
-static WARNED: [Atomic<bool>; QUEUES.len() * Why::COUNT] =
-    [const { Atomic::new(false) }; QUEUES.len() * Why::COUNT];
+static WARNED: [Atomic<bool>; QUEUES.len() * WHYS] =
+    [const { Atomic::new(false) }; QUEUES.len() * WHYS];
+const WHYS: usize = Why::Post as usize + 1;
 
 extern "C" {
     /// The limit of refusal lines after the first of each site, printk's
@@ -304,7 +291,7 @@ extern "C" {
 /// the line through the kernel's rate limiter, and do not WARN.
 fn refuse(qp: &Qp, queue: &str, why: Why, err: Error) {
     let q = QUEUES.iter().position(|&n| n == queue).unwrap_or(0);
-    let first = !WARNED[q * Why::COUNT + why.index()].xchg(true, Relaxed);
+    let first = !WARNED[q * WHYS + why as usize].xchg(true, Relaxed);
     if first || ratelimit() {
         pr_warn!(
             "{}: QP {:#x}: failed to drain {queue} queue: {}: {why}\n",
@@ -345,7 +332,7 @@ unsafe fn drain_srq(rq: &mut RecvQueue<'_>) {
     // Polling runs each completion's `ib_cqe::done`: only CQs from
     // ib_alloc_cq() have one. C would jump to whatever `wr_id` holds.
     if !cq.calls_cqe_done() {
-        refuse(qp, "shared recv", Why::CqNotAllocated(cq.id()), EINVAL);
+        refuse(qp, "shared recv", Why::CqNotAllocated, EINVAL);
         return;
     }
     // SAFETY: This is the SRQ drain.
