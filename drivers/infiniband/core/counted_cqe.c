@@ -11,8 +11,10 @@
  * and the module is held (a module reference) while its count is not zero:
  * rmmod fails with -EWOULDBLOCK, as for any module in use. The count is
  * dropped by ib_counted_cqe_done(), ib_core's code, after the module's
- * done() has returned; a done() that posts again counts before it returns,
- * so the count does not pass through zero while a completion runs.
+ * done() has returned, and then the entry's own count: an owner that sees
+ * its entry idle may rmmod at once. A done() that posts again counts before
+ * it returns, so the count does not pass through zero while a completion
+ * runs.
  *
  * A module that goes all the same (its init failed, or it posted while its
  * exit ran) is waited for before it is freed, by a module notifier.
@@ -81,9 +83,11 @@ static int attach_owner(struct ib_counted_cqe *c)
 /**
  * ib_counted_cqe_post - count a work request about to be posted with @c
  * @c: an entry with @c->cqe.done = ib_counted_cqe_done, @c->done and @c->mod
- *     set (@c->mod: the module that @c->done is code of, NULL if built in)
+ *     set (@c->mod: the module that @c->done is code of, NULL if built in),
+ *     whose @c->outstanding counts the work request already
  *
- * Return: 0, or -ENOMEM; then the work request must not be posted.
+ * Return: 0, or -ENOMEM; then the work request must not be posted, and the
+ * caller takes it off @c->outstanding.
  */
 int ib_counted_cqe_post(struct ib_counted_cqe *c)
 {
@@ -105,17 +109,25 @@ int ib_counted_cqe_post(struct ib_counted_cqe *c)
 }
 EXPORT_SYMBOL_GPL(ib_counted_cqe_post);
 
-static void owner_put(struct ib_cqe_owner *o, long n)
+/*
+ * Drops @n of @c's outstanding work requests: its module's count first, so
+ * that once @c shows none outstanding (its owner may then rmmod), the module
+ * is no longer held. @c may be freed after this.
+ */
+static void entry_put(struct ib_counted_cqe *c, long n)
 {
+	struct ib_cqe_owner *o = c->mod ? READ_ONCE(c->owner) : NULL;
+
 	/*
-	 * A module that goes regardless (failed init) may be freed once the
-	 * count is zero: the notifier lets a grace period pass first.
+	 * A module that goes regardless (failed init) may be freed, @c with
+	 * it, once its count is zero: the notifier lets a grace period pass.
 	 */
 	rcu_read_lock();
-	if (atomic_long_sub_and_test(n, &o->posted)) {
+	if (o && atomic_long_sub_and_test(n, &o->posted)) {
 		module_put(o->mod);
 		wake_up_var(&o->posted);
 	}
+	atomic_long_sub_return_release(n, &c->outstanding);
 	rcu_read_unlock();
 }
 
@@ -127,11 +139,8 @@ static void owner_put(struct ib_cqe_owner *o, long n)
  */
 void ib_counted_cqe_unpost(struct ib_counted_cqe *c, long n)
 {
-	/* No owner: nothing was ever counted. */
-	struct ib_cqe_owner *o = c->mod ? READ_ONCE(c->owner) : NULL;
-
-	if (o && n)
-		owner_put(o, n);
+	if (n)
+		entry_put(c, n);
 }
 EXPORT_SYMBOL_GPL(ib_counted_cqe_unpost);
 
@@ -140,19 +149,16 @@ EXPORT_SYMBOL_GPL(ib_counted_cqe_unpost);
  * @cq: the CQ
  * @wc: the completion, of a work request posted with a counted entry
  *
- * Calls the entry's own done(), then drops its module's count.
+ * Calls the entry's own done(), then drops the counts.
  */
 void ib_counted_cqe_done(struct ib_cq *cq, struct ib_wc *wc)
 {
 	struct ib_counted_cqe *c =
 		container_of(wc->wr_cqe, struct ib_counted_cqe, cqe);
-	/* @c may be freed once its done() has returned. */
-	struct ib_cqe_owner *o = c->mod ? READ_ONCE(c->owner) : NULL;
 
 	c->done(cq, wc);
 	/* The module's code has returned: now it may go. */
-	if (o)
-		owner_put(o, 1);
+	entry_put(c, 1);
 }
 EXPORT_SYMBOL_GPL(ib_counted_cqe_done);
 
@@ -203,7 +209,7 @@ static int counted_cqes_module_going(struct notifier_block *nb,
 			mod->name, posted);
 		wait_var_event(&o->posted, !atomic_long_read(&o->posted));
 	}
-	/* For owner_put()s that saw zero and still touch @o and @mod. */
+	/* For entry_put()s that saw zero and still touch @o, @mod, their entry. */
 	synchronize_rcu();
 
 	/* Leaked entries keep pointing at @o: keep it for them. */

@@ -7,7 +7,7 @@ use crate::{
     error::to_result,
     ffi::{c_long, c_void},
     prelude::*,
-    sync::atomic::{Acquire, Atomic, Relaxed, Release},
+    sync::atomic::{Acquire, Atomic, Relaxed},
     time::{delay::fsleep, Delta},
     types::Opaque,
 };
@@ -160,9 +160,9 @@ impl WorkCompletion {
 /// (`mem::forget` of its box), and the provider then calls its handler later,
 /// on a flush or a peer's send, long after any borrowed stack frame is gone.
 ///
-/// `done` may post again, but must not drain, nor drop the [`Cqe`], QP or CQ
-/// of the completion it handles: each waits for this very completion, and
-/// may sleep where `done` runs in softirq context.
+/// `done` may post again, but must not drain, nor drop the [`Cqe`], QP, SRQ
+/// or CQ of the completion it handles: each waits for this very completion,
+/// and may sleep where `done` runs in softirq context.
 pub trait CompletionHandler: Sync + 'static {
     /// Called once per completed work request: in the CQ's poll context, or
     /// in the task that drains a QP on an SRQ (process context).
@@ -212,19 +212,19 @@ pub trait CompletionHandler: Sync + 'static {
 ///
 /// `inner` is an `ib_counted_cqe` whose `cqe.done` is ib_core's
 /// `ib_counted_cqe_done()` and whose `done` is `Cqe::<H>::done_callback`;
-/// `outstanding` counts the posted work requests whose completion has not
-/// run yet, each also counted by `ib_counted_cqe_post()`.
+/// `inner.outstanding` counts the posted work requests whose completion has
+/// not returned yet, each also counted by `ib_counted_cqe_post()`; it is only
+/// accessed atomically.
 #[pin_data(PinnedDrop)]
 pub struct Cqe<H: CompletionHandler> {
     handler: H,
-    outstanding: Atomic<usize>,
     #[pin]
     inner: Opaque<bindings::ib_counted_cqe>,
 }
 
 // SAFETY: The C side only reads `inner` after initialization, but for
-// `inner.owner`, which ib_core sets once under its lock; the rest is atomic
-// or `Sync`.
+// `inner.owner`, which ib_core sets once under its lock, and
+// `inner.outstanding`, which is atomic; `H` is `Sync`.
 unsafe impl<H: CompletionHandler> Sync for Cqe<H> {}
 
 // SAFETY: As for `Sync`; nothing in a `Cqe` is tied to a thread.
@@ -243,7 +243,6 @@ impl<H: CompletionHandler> Cqe<H> {
         // INVARIANT: `inner` is set here once; nothing is posted yet.
         pin_init!(Self {
             handler,
-            outstanding: Atomic::new(0),
             inner <- Opaque::ffi_init(move |slot: *mut bindings::ib_counted_cqe| {
                 // SAFETY: `slot` is valid for writes.
                 unsafe {
@@ -254,6 +253,7 @@ impl<H: CompletionHandler> Cqe<H> {
                         done: Some(done),
                         mod_: super::module_of(done as *const c_void),
                         owner: core::ptr::null_mut(),
+                        outstanding: bindings::atomic_long_t { counter: 0 },
                     })
                 };
             }),
@@ -267,11 +267,25 @@ impl<H: CompletionHandler> Cqe<H> {
 
     /// Returns the number of posted work requests not completed yet.
     pub fn outstanding(&self) -> usize {
-        self.outstanding.load(Acquire)
+        self.count().load(Acquire) as usize
+    }
+
+    /// The count of posted work requests whose completion has not returned
+    /// yet (`inner.outstanding`), which ib_core decrements.
+    fn count(&self) -> &Atomic<c_long> {
+        // SAFETY: `raw_inner()` is valid to project.
+        let counter = unsafe { &raw mut (*self.raw_inner()).outstanding.counter };
+        // CAST: An `atomic_long_t`'s counter is a `long` on every
+        // architecture (`s64` or `int`), whatever bindgen names it.
+        // SAFETY: `inner` was initialized by `Cqe::new` and lives as long as
+        // `self`; `outstanding` is only accessed atomically, here and by
+        // ib_core's `atomic_long_*()`.
+        unsafe { Atomic::from_ptr(counter.cast::<c_long>()) }
     }
 
     /// Called by ib_core's `ib_counted_cqe_done()`, which then lets the
-    /// module go if this was its last outstanding work request.
+    /// module go if this was its last outstanding work request, and then
+    /// takes the work request off the entry's count.
     ///
     /// # Safety
     ///
@@ -293,8 +307,6 @@ impl<H: CompletionHandler> Cqe<H> {
         };
         // SAFETY: `WorkCompletion` is a transparent wrapper of `struct ib_wc`.
         this.handler.done(unsafe { &*wc.cast::<WorkCompletion>() });
-        // The last access to `this`: its drop may free it now.
-        this.outstanding.fetch_sub(1, Release);
     }
 
     /// The `ib_counted_cqe`, from a pointer to the whole entry, not to the
@@ -309,12 +321,13 @@ impl<H: CompletionHandler> Cqe<H> {
     /// `max` are outstanding already (`EBUSY`); returns the `ib_cqe` to post
     /// it with.
     pub(crate) fn count_post(&self, max: usize) -> Result<*mut bindings::ib_cqe> {
-        let mut n = self.outstanding.load(Relaxed);
+        let count = self.count();
+        let mut n = count.load(Relaxed);
         loop {
-            if n >= max {
+            if n as usize >= max {
                 return Err(EBUSY);
             }
-            match self.outstanding.cmpxchg(n, n + 1, Relaxed) {
+            match count.cmpxchg(n, n + 1, Relaxed) {
                 Ok(_) => break,
                 Err(cur) => n = cur,
             }
@@ -322,7 +335,7 @@ impl<H: CompletionHandler> Cqe<H> {
         let inner = self.raw_inner();
         // SAFETY: `inner` was initialized by `Cqe::new`.
         if let Err(e) = to_result(unsafe { bindings::ib_counted_cqe_post(inner) }) {
-            self.outstanding.fetch_sub(1, Relaxed);
+            count.fetch_sub(1, Relaxed);
             return Err(e);
         }
         // SAFETY: `inner` is valid to project.
@@ -333,10 +346,6 @@ impl<H: CompletionHandler> Cqe<H> {
     /// complete: not posted, or posted to a queue that was destroyed (and its
     /// CQ freed) without completing them.
     pub(crate) fn uncount(&self, n: usize) {
-        if n == 0 {
-            return;
-        }
-        self.outstanding.fetch_sub(n, Release);
         // SAFETY: `inner` was initialized by `Cqe::new`, and counted `n`
         // posts (a count of work requests fits in a `long`).
         unsafe { bindings::ib_counted_cqe_unpost(self.inner.get(), n as c_long) };
@@ -344,7 +353,7 @@ impl<H: CompletionHandler> Cqe<H> {
 
     /// Forgets every work request still counted: see [`Cqe::uncount`].
     pub(crate) fn forget_outstanding(&self) {
-        self.uncount(self.outstanding.load(Acquire));
+        self.uncount(self.outstanding());
     }
 }
 
@@ -353,7 +362,7 @@ impl<H: CompletionHandler> PinnedDrop for Cqe<H> {
     fn drop(self: Pin<&mut Self>) {
         // A posted work request still points at this entry: wait for it.
         let mut waited_ms = 0u32;
-        while self.outstanding.load(Acquire) != 0 {
+        while self.outstanding() != 0 {
             fsleep(Delta::from_millis(1));
             waited_ms += 1;
             if waited_ms % 10_000 == 0 {
