@@ -75,6 +75,10 @@ pub fn drain_rq_concurrently(qps: &mut [OwnedQp]) -> Result {
     // that `qps` borrows: return only after every queued one has run.
     countdown.count_down(n - queued);
     countdown.zero.wait_for_completion();
+    for qp in &mut qps[..queued] {
+        let whole = qp.has_srq();
+        qp.after_drain(whole);
+    }
     result
 }
 

@@ -175,8 +175,10 @@ impl Cq {
     /// or the C drain contract for an SRQ's CQ.
     #[inline]
     pub(crate) unsafe fn process_direct(&self, budget: i32) -> i32 {
-        // SAFETY: The CQ is valid, and the caller guarantees that nobody else
-        // polls it concurrently.
+        // SAFETY: The CQ is valid, and the caller may reap it. Another poller
+        // beside this one (the CQ's own, or a second direct one) only shares
+        // the handlers: ib_process_cq_direct() reaps into an array of its own
+        // stack, and the provider's poll takes the CQ's lock.
         unsafe { bindings::ib_process_cq_direct(self.as_raw(), budget) }
     }
 
@@ -253,6 +255,8 @@ unsafe impl Sync for OwnedCq {}
 
 impl OwnedCq {
     /// Allocates a CQ with `entries` entries on `dev`, polled in `ctx`.
+    /// `EINVAL` if `entries` is zero or the device has no completion vector
+    /// `comp_vector`.
     #[inline]
     pub fn alloc(
         dev: &DeviceRef,
@@ -275,6 +279,13 @@ impl OwnedCq {
         ctx: PollContext,
     ) -> Result<Self> {
         let nr = i32::try_from(entries).map_err(|_| EINVAL)?;
+        // SAFETY: `dev` is valid; `num_comp_vectors` is set before it registers.
+        let vectors = unsafe { (*dev.as_raw()).num_comp_vectors };
+        // ib_alloc_cq() trusts its caller: no entries WARNs, and providers
+        // index their vectors unchecked.
+        if nr == 0 || !(0..vectors).contains(&comp_vector) {
+            return Err(EINVAL);
+        }
         // SAFETY: `dev` is a valid, registered device.
         let ptr = from_err_ptr(unsafe {
             bindings::__ib_alloc_cq(

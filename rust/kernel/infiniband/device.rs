@@ -253,28 +253,41 @@ unsafe impl AlwaysRefCounted for RegisteredDevice {
 /// # Invariants
 ///
 /// `ptr` is a valid `struct ib_gid_attr` on which this object holds one
-/// reference (`rdma_get_gid_attr()`).
+/// reference (`rdma_get_gid_attr()`), of the device `_dev` holds: the
+/// entry's device is not counted by the entry, and its release (queued
+/// work) reaches into the device.
 pub struct GidAttr {
     ptr: NonNull<bindings::ib_gid_attr>,
+    _dev: DeviceRef,
 }
+
+// SAFETY: A held GID entry is read-only, and may be put from any thread.
+unsafe impl Send for GidAttr {}
+
+// SAFETY: See `Send`; the methods only read the entry.
+unsafe impl Sync for GidAttr {}
 
 impl GidAttr {
     /// Returns the entry `index` of `port`'s GID table.
     #[inline]
-    pub fn get(dev: &Device, port: u32, index: u32) -> Result<Self> {
+    pub fn get(dev: &DeviceRef, port: u32, index: u32) -> Result<Self> {
         let index = i32::try_from(index).map_err(|_| EINVAL)?;
         // SAFETY: `dev` is a valid device.
         let ptr = crate::error::from_err_ptr(unsafe {
             bindings::rdma_get_gid_attr(dev.as_raw(), port, index).cast_mut()
         })?;
-        // INVARIANT: rdma_get_gid_attr() returned a held entry or an error.
-        NonNull::new(ptr).map(|ptr| Self { ptr }).ok_or(ENOENT)
+        let ptr = NonNull::new(ptr).ok_or(ENOENT)?;
+        // INVARIANT: rdma_get_gid_attr() returned a held entry of `dev`.
+        Ok(Self {
+            ptr,
+            _dev: dev.clone(),
+        })
     }
 
     /// Returns the first valid entry of `port`'s GID table that satisfies
     /// `pred`, or `ENOENT`.
     #[inline]
-    pub fn find(dev: &Device, port: u32, pred: impl Fn(&GidAttr) -> bool) -> Result<Self> {
+    pub fn find(dev: &DeviceRef, port: u32, pred: impl Fn(&GidAttr) -> bool) -> Result<Self> {
         for index in 0..=u32::from(u16::MAX) {
             match Self::get(dev, port, index) {
                 Ok(g) if pred(&g) => return Ok(g),
@@ -332,7 +345,8 @@ impl GidAttr {
 impl Drop for GidAttr {
     #[inline]
     fn drop(&mut self) {
-        // SAFETY: By the type invariant `self` holds one reference.
+        // SAFETY: By the type invariant `self` holds one reference; the
+        // device is held until after this (`_dev` is dropped after `drop`).
         unsafe { bindings::rdma_put_gid_attr(self.ptr.as_ptr()) };
     }
 }

@@ -48,7 +48,8 @@
 //! provider still uses, and a destroy that fails leaks rather than frees.
 //! A module is in use while work posted with its `Cqe`s is outstanding
 //! (ib_core's `counted_cqe.c` holds a module reference), as the handlers
-//! are its code: `rmmod` is refused until its QPs are drained or dropped.
+//! are its code: `rmmod` is refused until its QPs are drained or dropped,
+//! and its SRQs with receives posted dropped.
 //! So a ULP tears its QPs down before it is unloaded, from its `ib_client`'s
 //! remove or its own control interface, not from its module's exit, which
 //! `rmmod` does not reach while the module is in use.

@@ -281,6 +281,11 @@ pub struct OwnedQp {
     ptr: NonNull<bindings::ib_qp>,
     config: QpConfig,
     recv_reserved: u32,
+    /// Whether [`OwnedQp::drain`] ran since the QP last left RESET: then a
+    /// QP on an SRQ takes no more receives from it (the error state), and
+    /// draining it again would wait for a Last WQE Reached event that some
+    /// providers raise once.
+    drained: bool,
     held: ManuallyDrop<Held>,
 }
 
@@ -426,6 +431,7 @@ impl OwnedQp {
             ptr,
             config,
             recv_reserved: recv_n,
+            drained: false,
             held: ManuallyDrop::new(held),
         })
     }
@@ -446,9 +452,15 @@ impl OwnedQp {
     }
 
     /// Moves the new QP to the INIT state on `port`, so that receives can be
-    /// posted; local writes only.
+    /// posted; local writes only. `EINVAL` if the device has no such port.
     #[inline]
     pub fn init(&mut self, port: u32) -> Result {
+        // SAFETY: The device is valid; `phys_port_cnt` is set before it registers.
+        let ports = unsafe { (*self.device().as_raw()).phys_port_cnt };
+        // ib_modify_qp() trusts its caller: it indexes the port data with it.
+        if !(1..=ports).contains(&port) {
+            return Err(EINVAL);
+        }
         let mut attr = bindings::ib_qp_attr {
             qp_state: bindings::ib_qp_state_IB_QPS_INIT,
             port_num: port,
@@ -460,14 +472,17 @@ impl OwnedQp {
             | bindings::ib_qp_attr_mask_IB_QP_PKEY_INDEX
             | bindings::ib_qp_attr_mask_IB_QP_PORT
             | bindings::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS;
+        self.drained = false;
         // SAFETY: The QP and `attr` are valid, `&mut self` excludes concurrent
         // state changes through this handle.
         to_result(unsafe { bindings::ib_modify_qp(self.as_raw(), &mut attr, mask as i32) })
     }
 
-    /// Connects the QP, in INIT, to the QP numbered `remote_qpn` that is
-    /// reachable through `gid` (RoCE), with the path and retry attributes
-    /// `params`: INIT -> RTR -> RTS.
+    /// Connects the QP, in INIT, to the QP numbered `remote_qpn` behind the
+    /// same GID `gid`, with the path and retry attributes `params`: INIT ->
+    /// RTR -> RTS. Loopback only (RoCE): `gid` and its MAC address are both
+    /// ends' (a peer on another host needs a connection manager, which this
+    /// crate does not wrap yet).
     #[inline]
     pub fn connect(&mut self, gid: &GidAttr, remote_qpn: u32, params: &RcParams) -> Result {
         let mut attr = bindings::ib_qp_attr {
@@ -524,32 +539,41 @@ impl OwnedQp {
     /// their `Cqe` would wait forever.
     #[inline]
     pub fn reset(&mut self) -> Result {
-        if self.idle_in_reset() {
+        if !self.idle() {
+            self.drain_outstanding();
+        } else if matches!(self.state(), Ok(QpState::Reset)) {
             return Ok(());
         }
-        // A QP on an SRQ may hold a receive it took from the SRQ: only the
-        // drain of the whole QP (Last WQE Reached) accounts for it.
+        self.set_state(bindings::ib_qp_state_IB_QPS_RESET)
+    }
+
+    /// Drains the queues with work requests not completed yet (their slots
+    /// tell), and a QP on an SRQ not drained whole since it left RESET: it
+    /// may hold a receive it took from the SRQ, which only the drain of the
+    /// whole QP (Last WQE Reached) accounts for.
+    #[inline]
+    fn drain_outstanding(&mut self) {
         let (sq, rq) = (self.held.sq_slots.in_use(), self.held.rq_slots.in_use());
-        if self.has_srq() || (sq && rq) {
+        if (self.has_srq() && !self.drained) || (sq && rq) {
             self.drain();
         } else if sq {
             self.drain_sq();
         } else if rq {
             self.drain_rq();
         }
-        self.set_state(bindings::ib_qp_state_IB_QPS_RESET)
     }
 
-    /// Whether the QP is in RESET with no work request outstanding: then
+    /// Whether no work request is outstanding and the QP holds no receive
+    /// of an SRQ: it is in RESET, or drained whole and not moved to INIT since. Then
     /// neither [`OwnedQp::reset`] nor the drop drains it (providers may refuse
     /// RESET -> ERR). It asks the provider each time: the state can change
     /// without this handle, through [`Qp::set_error_state`] or on the
     /// provider's own (rxe's late error after a reset).
     #[inline]
-    fn idle_in_reset(&self) -> bool {
+    fn idle(&self) -> bool {
         !self.held.sq_slots.in_use()
             && !self.held.rq_slots.in_use()
-            && matches!(self.state(), Ok(QpState::Reset))
+            && (self.drained || matches!(self.state(), Ok(QpState::Reset)))
     }
 
     /// Returns the receive queue's posting token.
@@ -585,21 +609,37 @@ impl OwnedQp {
             return;
         }
         // SAFETY: The QP is valid, and `&mut self` excludes other posters.
-        unsafe { bindings::ib_drain_rq(self.as_raw()) }
+        unsafe { bindings::ib_drain_rq(self.as_raw()) };
+        self.after_drain(false);
     }
 
     /// Blocks until every send completion has been consumed (`ib_drain_sq()`).
     #[inline]
     pub fn drain_sq(&mut self) {
         // SAFETY: As for `drain_rq`.
-        unsafe { bindings::ib_drain_sq(self.as_raw()) }
+        unsafe { bindings::ib_drain_sq(self.as_raw()) };
+        // As in `after_drain`.
+        self.held.sq_slots.wait_idle();
     }
 
     /// Blocks until every completion has been consumed (`ib_drain_qp()`).
     #[inline]
     pub fn drain(&mut self) {
         // SAFETY: As for `drain_rq`.
-        unsafe { bindings::ib_drain_qp(self.as_raw()) }
+        unsafe { bindings::ib_drain_qp(self.as_raw()) };
+        self.after_drain(true);
+    }
+
+    /// Called after `ib_drain_rq()`, or `ib_drain_qp()` (`whole`), of the QP.
+    #[inline]
+    pub(super) fn after_drain(&mut self, whole: bool) {
+        // A second poller of a shared direct CQ may have reaped a completion
+        // before the marker and still be in its handler: wait for it.
+        if whole {
+            self.held.sq_slots.wait_idle();
+            self.drained = true;
+        }
+        self.held.rq_slots.wait_idle();
     }
 }
 
@@ -618,8 +658,8 @@ impl Drop for OwnedQp {
     fn drop(&mut self) {
         // Drain first, so that every posted work request has completed and no
         // `Cqe` it points to waits forever.
-        if !self.idle_in_reset() {
-            self.drain();
+        if !self.idle() {
+            self.drain_outstanding();
         }
         // SAFETY: By the type invariant we own the QP.
         let ret = unsafe { bindings::ib_destroy_qp_user(self.ptr.as_ptr(), core::ptr::null_mut()) };

@@ -577,8 +577,8 @@ impl RecvQueue<'_> {
             Some(cq)
                 if cq.calls_cqe_done() && cq.poll_context() == Some(super::PollContext::Direct) =>
             {
-                // SAFETY: Just checked: from ib_alloc_cq(), and nobody else
-                // runs its handlers.
+                // SAFETY: Just checked: a direct CQ from ib_alloc_cq(), which
+                // any holder of one of its queues may reap.
                 unsafe { self.poll_cq() }
             }
             _ => 0,

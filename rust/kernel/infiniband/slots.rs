@@ -57,6 +57,10 @@ impl Slot {
         // transparent wrapper of `T`): its owner waits until it is free.
         let slot = unsafe { &*container_of!(cqe.cast::<Opaque<bindings::ib_cqe>>(), Slot, cqe) };
         let target = slot.target.load(Acquire);
+        let owner = slot.owner.load(Relaxed);
+        // The slot is free again, for a handler that posts again too; the
+        // completion is still counted in `in_use` until it has returned.
+        slot.target.store(null_mut(), Release);
         // SAFETY: `wc` is valid and ours while this runs; `target` is the entry
         // the work request was posted with, live until its completion ran.
         unsafe {
@@ -65,11 +69,9 @@ impl Slot {
                 done(cq, wc);
             }
         }
-        let owner = slot.owner.load(Relaxed);
-        slot.target.store(null_mut(), Release);
         // SAFETY: By the type invariant `owner` holds the slot; it is not
         // freed before `in_use` dropped to zero (`WrSlots::wait_idle`), and
-        // this is the last access to either.
+        // this is the last access to it.
         unsafe { (*owner).in_use.fetch_sub(1, Release) };
     }
 }
@@ -78,7 +80,8 @@ impl Slot {
 ///
 /// # Invariants
 ///
-/// `in_use` counts the slots whose `target` is not null; `slots` never
+/// `in_use` counts the slots whose `target` is not null, and the
+/// completions [`Slot::forward`] has not returned from; `slots` never
 /// grows after [`WrSlots::new`], so the slots never move. The owner frees a
 /// `WrSlots` only after [`WrSlots::wait_idle`], and only ever uses it through
 /// `&self`: a poller may be in [`Slot::forward`] until then.
@@ -149,7 +152,7 @@ impl WrSlots {
     }
 
     /// Returns `true` while a work request posted with a slot has not
-    /// completed: its handler has not returned yet.
+    /// completed, or its handler has not returned yet.
     pub(crate) fn in_use(&self) -> bool {
         self.in_use.load(Acquire) != 0
     }
@@ -164,8 +167,8 @@ impl WrSlots {
     }
 
     /// Waits until no work request uses a slot, and no poller is inside one:
-    /// the owner calls this, after its QP is drained and destroyed, before
-    /// it frees the slots.
+    /// after a drain (a second poller of a shared direct CQ), and before the
+    /// owner frees the slots, after its QP is destroyed.
     pub(crate) fn wait_idle(&self) {
         let mut waited_ms = 0u32;
         while self.in_use.load(Acquire) != 0 {
@@ -173,7 +176,7 @@ impl WrSlots {
             waited_ms += 1;
             if waited_ms % 10_000 == 0 {
                 pr_warn!(
-                    "RDMA work queue freed with {} work requests outstanding, waiting\n",
+                    "RDMA work queue: waiting for {} work requests to complete\n",
                     self.in_use.load(Relaxed)
                 );
             }

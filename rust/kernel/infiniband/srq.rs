@@ -152,7 +152,9 @@ impl<H: CompletionHandler> OwnedSrq<H> {
 
     /// Posts a receive work request without buffers; it matches a
     /// zero-length send on any QP of the SRQ. Fails with `EBUSY` while the
-    /// SRQ holds `depth` receives, so the CQ never overflows.
+    /// SRQ holds `depth` receives, so the CQ never overflows; a receive whose
+    /// handler runs counts until it returns, so a handler that posts again on
+    /// a full SRQ gets `EBUSY` too.
     pub fn post(&self) -> Result {
         let mut wr = bindings::ib_recv_wr::default();
         let depth = usize::try_from(self.depth)?;
@@ -184,7 +186,8 @@ impl<H: CompletionHandler> Drop for OwnedSrq<H> {
         // SAFETY: By the type invariant only this drop drops `cq`, once.
         unsafe { ManuallyDrop::drop(&mut self.cq) };
         // The CQ is freed, so no handler runs any more: what is still counted
-        // sat on the SRQ and was discarded with it.
+        // sat on the SRQ, or completed unpolled in the CQ, and was discarded
+        // with it.
         self.cqe.forget_outstanding();
         // SAFETY: As for `cq`; nothing points at the entry any more.
         unsafe { ManuallyDrop::drop(&mut self.cqe) };
