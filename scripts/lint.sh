@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Usage: scripts/lint.sh
 # The review checks: shellcheck on every shell script of the repo and the
-# unit tests of the Python tools (scripts/*_test.py), which need no kernel
-# build; then rustfmt on every .rs of the project, clippy over the
+# unit tests of the Python tools (scripts/*_test.py), and that every mutant
+# of make mutants applies, which need no kernel build; then rustfmt on every .rs of the project, clippy over the
 # kernel's Rust and the project's modules (make LLVM=1 CLIPPY=1), and
 # checkpatch.pl on the format-patch series (scripts/patches.sh), and docutils
 # on the reStructuredText the series adds to Documentation/.
@@ -51,6 +51,18 @@ if ! KERNEL_SRC=$src python3 -m unittest discover -v -s "$TOP/scripts" -p '*_tes
 else
 	grep -E "^(Ran |OK)|skipped '" "$log.unittest" || true
 fi
+done_step
+
+# make mutants applies each to a copy of the overlay: one that no longer
+# applies (the code it breaks has moved) would be reported only there.
+step "lint: every mutant applies"
+tmp=$(mktemp -d)
+(cd "$TOP" && cp -a Kbuild rust drivers patches "$tmp/")
+for m in "$TOP"/scripts/mutants/*.patch; do
+	(cd "$tmp" && git apply --check "$m") 2>/dev/null ||
+		{ echo "$(basename "$m") does not apply: regenerate it"; rc=1; }
+done
+rm -rf "$tmp"
 done_step
 
 [ -f "$build/vmlinux" ] || die lint "" "build the test kernel first (make)"
