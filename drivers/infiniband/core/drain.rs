@@ -194,8 +194,8 @@ fn report_stuck(qp: &Qp, queue: &str, cq_id: u32) {
     );
 }
 
-/// Reaps a direct CQ until `marker`, posted on `q`, is done: nobody else
-/// reaps a direct CQ. Never returns before that.
+/// Reaps a direct CQ until `marker`, posted on `q`, is done: no CQ poller
+/// does it for us. Never returns before that.
 ///
 /// The provider's flush usually lands within a few hundred microseconds of
 /// the post, so the CQ is polled in a loop for [`DIRECT_SPIN`] (longer while

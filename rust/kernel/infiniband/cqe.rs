@@ -267,6 +267,7 @@ impl<H: CompletionHandler> Cqe<H> {
 
     /// Returns the number of posted work requests not completed yet.
     pub fn outstanding(&self) -> usize {
+        // CAST: The count is never negative.
         self.count().load(Acquire) as usize
     }
 
@@ -275,8 +276,13 @@ impl<H: CompletionHandler> Cqe<H> {
     fn count(&self) -> &Atomic<c_long> {
         // SAFETY: `raw_inner()` is valid to project.
         let counter = unsafe { &raw mut (*self.raw_inner()).outstanding.counter };
-        // CAST: An `atomic_long_t`'s counter is a `long` on every
-        // architecture (`s64` or `int`), whatever bindgen names it.
+        // CAST: `atomic_long_t` is `atomic64_t` or `atomic_t` as `long` is 64
+        // or 32 bits wide, so its counter has the size and alignment of a
+        // `long`, and `Atomic<c_long>` uses the same atomic operations.
+        crate::static_assert!(
+            size_of::<bindings::atomic_long_t>() == size_of::<c_long>()
+                && align_of::<bindings::atomic_long_t>() == align_of::<c_long>()
+        );
         // SAFETY: `inner` was initialized by `Cqe::new` and lives as long as
         // `self`; `outstanding` is only accessed atomically, here and by
         // ib_core's `atomic_long_*()`.
@@ -324,6 +330,7 @@ impl<H: CompletionHandler> Cqe<H> {
         let count = self.count();
         let mut n = count.load(Relaxed);
         loop {
+            // CAST: The count is never negative.
             if n as usize >= max {
                 return Err(EBUSY);
             }

@@ -261,7 +261,8 @@ pub struct GidAttr {
     _dev: DeviceRef,
 }
 
-// SAFETY: A held GID entry is read-only, and may be put from any thread.
+// SAFETY: A held GID entry may be put from any thread; but for its netdev,
+// which `mac()` reads under RCU, it does not change.
 unsafe impl Send for GidAttr {}
 
 // SAFETY: See `Send`; the methods only read the entry.

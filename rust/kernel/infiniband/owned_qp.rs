@@ -472,10 +472,11 @@ impl OwnedQp {
             | bindings::ib_qp_attr_mask_IB_QP_PKEY_INDEX
             | bindings::ib_qp_attr_mask_IB_QP_PORT
             | bindings::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS;
-        self.drained = false;
         // SAFETY: The QP and `attr` are valid, `&mut self` excludes concurrent
         // state changes through this handle.
-        to_result(unsafe { bindings::ib_modify_qp(self.as_raw(), &mut attr, mask as i32) })
+        to_result(unsafe { bindings::ib_modify_qp(self.as_raw(), &mut attr, mask as i32) })?;
+        self.drained = false;
+        Ok(())
     }
 
     /// Connects the QP, in INIT, to the QP numbered `remote_qpn` behind the
@@ -602,6 +603,9 @@ impl OwnedQp {
     ///
     /// A QP on an SRQ is drained whole (`ib_drain_qp()`): its receives come
     /// from the SRQ, which `ib_drain_rq()` refuses, with a WARN.
+    ///
+    /// The drain waits for the handlers of its queue's completions: never
+    /// drain from a handler, nor holding a lock that a handler takes.
     #[inline]
     pub fn drain_rq(&mut self) {
         if self.has_srq() {
@@ -637,7 +641,8 @@ impl OwnedQp {
         // before the marker and still be in its handler: wait for it.
         if whole {
             self.held.sq_slots.wait_idle();
-            self.drained = true;
+            // Unless the drain was refused before the error state.
+            self.drained = matches!(self.state(), Ok(QpState::Err));
         }
         self.held.rq_slots.wait_idle();
     }

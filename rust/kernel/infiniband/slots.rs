@@ -3,8 +3,8 @@
 //! Bounded posting: one slot per work request a queue may have outstanding.
 //!
 //! A work request posted through an [`OwnedQp`](super::OwnedQp) points at a
-//! slot of its queue, which forwards the completion to the caller's
-//! [`Cqe`](super::Cqe) and then frees the slot. A queue with no free slot
+//! slot of its queue, which frees the slot and forwards the completion to
+//! the caller's [`Cqe`](super::Cqe). A queue with no free slot
 //! refuses the post, so it never holds more than its depth and its CQ never
 //! more than the QP reserved there: the drain marker always finds room in
 //! both. (A full CQ drops completions, the marker's too, and the drain could
@@ -41,7 +41,8 @@ impl Slot {
         Opaque::cast_into(unsafe { &raw const (*this).cqe })
     }
 
-    /// Passes a completion on to the caller's entry, then frees the slot.
+    /// Frees the slot and passes its completion on to the caller's entry;
+    /// `in_use` counts it until the entry's handler has returned.
     ///
     /// # Safety
     ///
