@@ -29,7 +29,7 @@ module! {
 /// What the module holds, dropped in field order: the QP before its device.
 enum DeviceHold {
     Objects { _qp: OwnedQp, _dev: DeviceRef },
-    Gid(GidAttr),
+    Gid { _gid: GidAttr },
 }
 
 impl kernel::Module for DeviceHold {
@@ -38,7 +38,7 @@ impl kernel::Module for DeviceHold {
         if module_parameters::gid_only.value() {
             let gid = GidAttr::find(&dev, 1, GidAttr::is_ipv4)?;
             pr_info!("holding {}: GID entry {}\n", dev.name(), gid.index());
-            return Ok(DeviceHold::Gid(gid));
+            return Ok(DeviceHold::Gid { _gid: gid });
         }
         let pd = Pd::alloc(&dev)?;
         let cq = OwnedCq::alloc(&dev, 4, 0, PollContext::Softirq)?;
