@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Usage: scripts/initramfs.sh FLAVOUR
 # Make $CACHE/build-FLAVOUR/initramfs.cpio.gz: static busybox, iproute2's rdma,
-# nfs-utils and open-iscsi with their libraries, the modules, and the guest
-# scripts (scripts/guest/).
+# nfs-utils and open-iscsi with their libraries, the modules, the guest's
+# plumbing (scripts/guest/: /init, /ktap.sh, ...) and its suites
+# (drivers/infiniband/tests/ulp/ as /tests/ulp/).
 . "$(dirname "$0")/lib.sh"
 
 flavour=${1:-test}
@@ -31,13 +32,15 @@ ldd /usr/bin/rdma | awk '/=>/ { print $3 } /ld-linux/ { print $1 }' | while read
 done
 
 # nfs-utils and open-iscsi for the NFS/RDMA and iSER suites
-# (scripts/guest/nfs.sh, iser.sh).
+# (drivers/infiniband/tests/ulp/nfs.sh, iser.sh).
 "$TOP/scripts/guest-userspace.sh" "$root"
 echo "127.0.0.1 localhost" >"$root/etc/hosts"
 echo "169.254.1.1 rxe-guest" >>"$root/etc/hosts"
 
 cp -a "$build/mods/lib/modules" "$root/lib/"
 cp "$TOP"/scripts/guest/* "$root/"
+mkdir -p "$root/tests"
+cp -r "$TOP/drivers/infiniband/tests/ulp" "$root/tests/"
 chmod +x "$root/init"
 
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$out.tmp"

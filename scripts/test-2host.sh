@@ -4,10 +4,10 @@
 # an nvmet-rdma target, each with rxe on a virtio NIC; the NICs are joined
 # by a QEMU datagram link over two Unix sockets in a private directory, so
 # the pair reaches nothing else (-nic none otherwise). The initiator runs
-# scripts/guest/twohost.sh and asks for each fault on its console; this
-# script does it: SIGKILL of the target's QEMU and a fresh boot, the
-# target's NIC link off and on through its QEMU monitor, or the wire cut
-# (both sockets renamed away) and restored. Results: the
+# drivers/infiniband/tests/ulp/twohost.sh and asks for each fault on its
+# console; this script does it: SIGKILL of the target's QEMU and a fresh
+# boot, the target's NIC link off and on through its QEMU monitor, or the
+# wire cut (both sockets renamed away) and restored. Results: the
 # initiator's suites, each target boot's console clean, 'N passed, N failed'.
 # panic_on_warn=1 as in make test; KUnit off: the suites at boot are make
 # test's, and they would only slow each boot.
