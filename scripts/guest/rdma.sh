@@ -1,8 +1,25 @@
 # shellcheck shell=sh
-# Helpers the guest's RDMA suites share (nvme.sh, reload.sh): the
-# cq_drain_complete tracepoint, and waiting for rxe0's port.
+# Helpers that init and the guest's suites (drivers/infiniband/tests/) share:
+# the project's modules, the cq_drain_complete tracepoint, rxe0's port.
 
 TRACE=/sys/kernel/tracing
+
+# The KUnit test modules (drivers/infiniband/tests/Makefile), in the order
+# init loads them and rdma_drain_teardown unloads them.
+# rdma_drain_doctests_test is built only with CONFIG_RUST_KERNEL_DOCTESTS.
+TEST_MODULES="rdma_drain_doctests_test rdma_drain_rxe_test rdma_drain_stress_test"
+
+# mod_path NAME: the path of the project's module NAME.ko; nothing if it is
+# not installed.
+mod_path() { find /lib/modules/*/updates -name "$1.ko"; }
+
+# test_modules: the path of each of TEST_MODULES that is installed, in
+# that order.
+test_modules() {
+	for _m in $TEST_MODULES; do
+		mod_path "$_m"
+	done
+}
 
 # Starts counting cq_drain_complete events from zero.
 trace_on() {
