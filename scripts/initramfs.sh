@@ -3,7 +3,8 @@
 # Make $CACHE/build-FLAVOUR/initramfs.cpio.gz: static busybox, iproute2's rdma,
 # nfs-utils and open-iscsi with their libraries, the modules, the guest's
 # plumbing (scripts/guest/: /init, /ktap.sh, ...) and its suites
-# (drivers/infiniband/tests/ulp/ as /tests/ulp/).
+# (drivers/infiniband/tests/suites/ and ulp/ as /tests/suites/ and
+# /tests/ulp/).
 . "$(dirname "$0")/lib.sh"
 
 flavour=${1:-test}
@@ -40,7 +41,7 @@ echo "169.254.1.1 rxe-guest" >>"$root/etc/hosts"
 cp -a "$build/mods/lib/modules" "$root/lib/"
 cp "$TOP"/scripts/guest/* "$root/"
 mkdir -p "$root/tests"
-cp -r "$TOP/drivers/infiniband/tests/ulp" "$root/tests/"
+cp -r "$TOP/drivers/infiniband/tests/suites" "$TOP/drivers/infiniband/tests/ulp" "$root/tests/"
 chmod +x "$root/init"
 
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$out.tmp"

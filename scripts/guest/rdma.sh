@@ -70,6 +70,28 @@ pid_ends_within() {
 	return 0
 }
 
+# count_is RES N: `rdma resource show RES` lists N objects that
+# kernel::infiniband made. (It cuts a kernel owner's name to 16 bytes:
+# "comm [kernel::infiniba".)
+count_is() {
+	_owned=$(rdma resource show "$1") || { echo "rdma resource show $1 failed"; return 1; }
+	c=$(printf '%s\n' "$_owned" | grep -c 'comm \[kernel::infiniba')
+	echo "$c $1 objects of kernel::infiniband, want $2"
+	[ "$c" = "$2" ] && return 0
+	# On the console, not in the KTAP line: which objects they are.
+	printf '%s\n' "$_owned" | grep 'comm \[kernel::infiniba' |
+		sed 's/^/rust-drain: left: /' >/dev/console
+	return 1
+}
+
+# owned RES: how many objects `rdma resource show RES` lists for
+# kernel::infiniband; fails if rdma does.
+owned() {
+	_owned=$(rdma resource show "$1") || return 1
+	printf '%s\n' "$_owned" | grep -c 'comm \[kernel::infiniba'
+	return 0
+}
+
 # As trace_on, and each cq_drain_complete event records its stack too.
 trace_stacks_on() {
 	trace_on && echo stacktrace >$TRACE/events/rdma_core/cq_drain_complete/trigger
