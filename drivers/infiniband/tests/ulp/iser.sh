@@ -1,4 +1,6 @@
 #!/bin/sh
+# iser_rxe: iSCSI over iSER, initiator and target, over rxe0.
+#
 # iSCSI over iSER in one guest, over rxe0: LIO's iSCSI target exports a
 # null_blk disk (iblock backstore, configfs by hand) on a portal with iSER
 # on, open-iscsi (iscsid, iscsiadm) logs in over ib_iser, I/O is verified,

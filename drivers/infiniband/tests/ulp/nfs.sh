@@ -1,4 +1,6 @@
 #!/bin/sh
+# nfs_rdma_*: NFS over RDMA, client and server, over rxe0.
+#
 # NFSv4.2 over RDMA in one guest, over rxe0: knfsd (svcrdma) exports a
 # tmpfs, the NFS client (xprtrdma) mounts it with proto=rdma. The client is
 # the one in-tree ULP that calls ib_drain_rq() itself (rpcrdma_xprt_drain():

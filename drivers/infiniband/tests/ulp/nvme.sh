@@ -1,4 +1,6 @@
 #!/bin/sh
+# nvme_rdma_rxe, rxe_removal_race: nvme-rdma over rxe0; rxe0 removed under it.
+#
 # nvme-rdma host and nvmet-rdma target over rxe0 in one guest: CYCLES times
 # connect, write a pattern, read it back, compare, disconnect. Teardown of
 # both sides runs ib_drain_qp(); the cq_drain_complete tracepoint count

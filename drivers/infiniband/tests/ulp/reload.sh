@@ -1,4 +1,6 @@
 #!/bin/sh
+# rdma_ib_core_reload: ib_core.ko out and in again, then the drain on rxe0.
+#
 # ib_core.ko out and in again (CONFIG_INFINIBAND=m): remove the nvmet
 # configuration and rxe0 that the earlier suites left, unload every module
 # that uses ib_core and then ib_core itself, load ib_core and rdma_rxe

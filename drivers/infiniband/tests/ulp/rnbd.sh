@@ -1,4 +1,6 @@
 #!/bin/sh
+# rnbd_rxe: RNBD over RTRS, client and server, over rxe0.
+#
 # RNBD over RTRS in one guest, over rxe0: rnbd-server exports a null_blk
 # disk, rnbd-client maps it (sysfs), I/O is verified, it is unmapped. The
 # last unmap closes the RTRS session: the client's close work runs

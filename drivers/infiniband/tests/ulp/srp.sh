@@ -1,4 +1,6 @@
 #!/bin/sh
+# srp_rxe: SRP initiator and target over rxe0, a direct CQ drained.
+#
 # SRP over RDMA/CM in one guest, over rxe0: LIO's ib_srpt exports a
 # null_blk disk (iblock backstore, set up through configfs by hand), the
 # ib_srp initiator logs in, I/O is verified, it logs out. Logout destroys

@@ -1,4 +1,6 @@
 #!/bin/sh
+# twohost_*: nvme-rdma between two VMs, the target and the wire made to fail.
+#
 # make test-2host, guest side: two VMs joined by a QEMU datagram link, each
 # with rxe on its virtio NIC. `twohost.sh target` serves a null_blk
 # namespace over nvmet-rdma until it is killed; `twohost.sh initiator
