@@ -355,18 +355,10 @@ impl Deref for OwnedCq {
 impl Drop for OwnedCq {
     #[inline]
     fn drop(&mut self) {
-        // A softirq poller that handed us the last completion may still be
-        // running: ib_poll_handler() uses the CQ after irq_poll_complete(),
-        // which lets ib_free_cq()'s irq_poll_disable() return, and the CQ
-        // would be freed under it (seen on SMP: a CPU spinning in
-        // rxe_req_notify_cq() on a freed lock). It runs with bottom halves
-        // off, so a grace period waits for it.
-        if self.poll_context() == Some(PollContext::Softirq) {
-            crate::sync::rcu::synchronize_rcu();
-        }
         // SAFETY: By the type invariant we own the CQ, and it came from
         // ib_alloc_cq(); the QPs on it hold references to `self`, so they are
-        // gone. (ib_free_cq() keeps a CQ that is still used, and WARNs.)
+        // gone. (ib_free_cq() keeps a CQ that is still used, and WARNs; it
+        // waits for a softirq poller that is still running.)
         unsafe { bindings::ib_free_cq(self.ptr.as_ptr()) };
     }
 }

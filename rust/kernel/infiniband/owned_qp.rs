@@ -569,7 +569,7 @@ impl OwnedQp {
     /// neither [`OwnedQp::reset`] nor the drop drains it (providers may refuse
     /// RESET -> ERR). It asks the provider each time: the state can change
     /// without this handle, through [`Qp::set_error_state`] or on the
-    /// provider's own (rxe's late error after a reset).
+    /// provider's own (a fatal error).
     #[inline]
     fn idle(&self) -> bool {
         !self.held.sq_slots.in_use()
