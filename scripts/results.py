@@ -56,7 +56,7 @@ CATEGORIES = [
     ("rxe", ["rdma_rxe_setup", "rdma_drain_rxe", "rdma_drain_teardown"]),
     ("soundness", ["rdma_drain_rxe_soundness", "rdma_drain_leaks", "rdma_drain_leaks_kept",
                    "rdma_drain_failed_destroy", "rdma_drain_failed_destroy_kept",
-                   "rdma_drain_forgotten_unloaded"]),
+                   "rdma_drain_forgotten_unloaded", "rdma_drain_forgotten_posted"]),
     ("API examples (doctests)", ["rdma_drain_doctests"]),
     ("stress", ["rdma_drain_stress"]),
     ("churn", ["nvme_rdma_rxe", "rxe_removal_race", "rdma_ib_core_reload",
@@ -66,6 +66,7 @@ CATEGORIES = [
     ("two hosts", ["twohost_initiator", "twohost_target_killed", "twohost_link_cut",
                    "twohost_delete_unreachable", "twohost_target"]),
     ("benchmark smoke", ["rdma_drain_bench_smoke"]),
+    ("upstream fixes", ["rdma_cq_free_race", "rdma_rxe_late_err"]),
     ("host checks", ["host_checks"]),
 ]
 

@@ -658,9 +658,9 @@ mod soundness_tests {
     /// A QP in RESET has nothing posted, so neither `reset()` nor the drop
     /// drains it, and only the provider can move it out: `set_error_state()`
     /// through `Deref` is refused (the IB state table has no RESET -> ERR;
-    /// rxe says `EINVAL`), and the QP stays in RESET. The provider can, as
-    /// rxe's late error after a reset does, so `OwnedQp` asks the state each
-    /// time instead of remembering it (mutant 23).
+    /// rxe says `EINVAL`), and the QP stays in RESET. A provider can move a
+    /// QP on its own, so `OwnedQp` asks the state each time instead of
+    /// remembering it (mutant 23).
     #[test]
     fn a_qp_in_reset_is_not_moved_behind_its_handle() -> Result {
         let dev = rxe()?;

@@ -72,8 +72,6 @@ struct Totals {
     received: u32,
     sends: u32,
     sends_failed: u32,
-    /// QPs that rxe moved back to ERR after a reset (see `reconnect_pair`).
-    late_errors: u32,
 }
 
 /// The two QPs of a pair, their CQ's poll context, and their completions.
@@ -90,7 +88,7 @@ struct Pair<'a> {
 fn cycle(p: &mut Pair<'_>, gid: &GidAttr, rng: &mut Rng, t: &mut Totals) -> Result {
     let (recv0, send0) = (p.recv.handler().counts(), p.send.handler().counts());
     let [a, b] = &mut p.qps;
-    reconnect_pair(a, b, gid, &mut t.late_errors)?;
+    reconnect_pair(a, b, gid)?;
     let mut receives = [0; 2];
     for (qp, r) in p.qps.iter_mut().zip(receives.iter_mut()) {
         *r = rng.below(DEPTH + 1);
@@ -199,7 +197,6 @@ struct Worker {
     received: AtomicU32,
     sends: AtomicU32,
     sends_failed: AtomicU32,
-    late_errors: AtomicU32,
     #[pin]
     done: Completion,
 }
@@ -219,7 +216,6 @@ impl WorkItem for Worker {
                 this.received.store(t.received, Ordering::Relaxed);
                 this.sends.store(t.sends, Ordering::Relaxed);
                 this.sends_failed.store(t.sends_failed, Ordering::Relaxed);
-                this.late_errors.store(t.late_errors, Ordering::Relaxed);
                 this.result.store(0, Ordering::Relaxed);
             }
             Err(e) => this.result.store(e.to_errno(), Ordering::Relaxed),
@@ -252,7 +248,6 @@ mod tests {
                     received: AtomicU32::new(0),
                     sends: AtomicU32::new(0),
                     sends_failed: AtomicU32::new(0),
-                    late_errors: AtomicU32::new(0),
                     done <- Completion::new(),
                 }),
                 GFP_KERNEL,
@@ -273,14 +268,13 @@ mod tests {
         }
         let sum = |f: fn(&Worker) -> u32| workers.iter().map(|w| f(w)).sum::<u32>();
         pr_info!(
-            "round {round}: {} QPs x {cycles} cycles: {} drains, {} receives ({} received, rest flushed), {} sends ({} failed), {} resets again after rxe's late ERR\n",
+            "round {round}: {} QPs x {cycles} cycles: {} drains, {} receives ({} received, rest flushed), {} sends ({} failed)\n",
             WORKERS * 8,
             sum(|w| w.drains.load(Ordering::Relaxed)),
             sum(|w| w.receives.load(Ordering::Relaxed)),
             sum(|w| w.received.load(Ordering::Relaxed)),
             sum(|w| w.sends.load(Ordering::Relaxed)),
-            sum(|w| w.sends_failed.load(Ordering::Relaxed)),
-            sum(|w| w.late_errors.load(Ordering::Relaxed))
+            sum(|w| w.sends_failed.load(Ordering::Relaxed))
         );
         // Failures are errors, not panics: this helper is not a #[test]
         // body, whose assertions KUnit catches, and a panic here is a BUG.

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Opt-in reproducer of an upstream race in ib_core (7.3 cq.c), not in the
- * drain: ib_poll_handler() still uses the CQ after irq_poll_complete(),
- * while ib_free_cq()'s irq_poll_disable() returns as soon as the poll is
- * complete, and the CQ is freed under the poller. Each loop: a softirq CQ
- * on rxe0, a QP with receives, moved to the error state; the completion
- * handler of the last flushed receive wakes this task, which at once
- * destroys the QP and frees the CQ. Needs two CPUs, and KASAN to report.
+ * Reproducer of an upstream race in ib_core (7.3 cq.c), not in the drain,
+ * fixed by patch 0001: ib_poll_handler() still used the CQ after
+ * irq_poll_complete(), while ib_free_cq()'s irq_poll_disable() returned
+ * as soon as the poll was complete, and the CQ was freed under the poller.
+ * Each loop: a softirq CQ on rxe0, a QP with receives, moved to the error
+ * state; the completion handler of the last flushed receive wakes this
+ * task, which at once destroys the QP and frees the CQ. Without the fix,
+ * on two CPUs, the poller oopses in rxe_req_notify_cq() within a second.
  */
 #include <linux/module.h>
 #include <linux/netdevice.h>
@@ -115,5 +116,5 @@ static void __exit race_exit(void)
 
 module_init(race_init);
 module_exit(race_exit);
-MODULE_DESCRIPTION("Opt-in reproducer: ib_free_cq() against a running softirq poller");
+MODULE_DESCRIPTION("Reproducer: ib_free_cq() against a running softirq poller");
 MODULE_LICENSE("GPL");

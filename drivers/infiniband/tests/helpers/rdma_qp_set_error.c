@@ -3,7 +3,7 @@
  * Moves a QP that its owner forgot to the error state, by number, so that
  * the provider flushes its work requests: on load, QP @qpn of the rxe device
  * on netdev @netdev. Not a test; used by the suite rdma_drain_forgotten_posted
- * (rdma_drain_forget_posted.ko).
+ * (rdma_drain_forget.ko).
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
