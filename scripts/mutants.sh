@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Usage: scripts/mutants.sh [NAME...]
-# Deliberate breakages of the drain (scripts/mutants/*.patch, each a small
-# diff of drain.rs or rust/kernel/infiniband with its reason on the first
-# line), applied one at a time to a copy of the overlay, built in a tree of
-# their own ($CACHE/mutant-src, build dir build-mutant, the test kernel's
-# config), booted and judged as `make test` does (run-tests.sh, the test
+# Deliberate breakages (scripts/mutants/*.patch, each a small diff of the
+# overlay with its reason on the first line: of drain.rs or
+# rust/kernel/infiniband, or the removal of a fix of patches/), applied
+# one at a time to a copy of the overlay, built in a tree of their own
+# ($CACHE/mutant-src, build dir build-mutant, the test kernel's config),
+# booted and judged as `make test` does (run-tests.sh, the test
 # manifest). Each must be caught: a run that passes is a failure of
 # `make mutants`. Prints a table (also out/mutants.md): breakage, what
 # caught it, time. NAME selects mutants by file name prefix.
