@@ -44,8 +44,8 @@ test: build
 # out: 7.3's hrtimer doctests put timers on the stack without annotating
 # them, which DEBUG_OBJECTS reports. Under KASAN and lockdep each nvme
 # cycle takes ~9 s and each ULP cycle 10-50 s: 10 nvme cycles, one per
-# ULP and 500 loops of the CQ-free race, 50 ms each here (make test runs the many
-# cycles): CI from nothing must fit its time.
+# ULP and 500 loops of the CQ-free race, 50 ms each here (make test runs
+# the many cycles): CI from nothing must fit its time.
 test-debug:
 	@scripts/build.sh debug
 	@scripts/initramfs.sh debug
