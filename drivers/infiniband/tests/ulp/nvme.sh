@@ -117,6 +117,11 @@ rxe_readd() {
 # both are shown (patches/reports/nvmet-*.txt): the old port is tried,
 # then re-enabled.
 port=1
+# Re-enables port $port: unlinks its subsystem and links it again.
+relink() {
+	rm "$CFG/ports/$port/subsystems/$NQN" &&
+		ln -s "$CFG/subsystems/$NQN" "$CFG/ports/$port/subsystems/$NQN"
+}
 relisten() {
 	if [ -n "$known_bugs" ]; then
 		sleep 6
@@ -125,8 +130,7 @@ relisten() {
 		else
 			echo "nvmet: port $port does not listen again after rxe0 came back"
 		fi
-		rm "$CFG/ports/$port/subsystems/$NQN" &&
-			ln -s "$CFG/subsystems/$NQN" "$CFG/ports/$port/subsystems/$NQN"
+		relink
 		return
 	fi
 	port=$((port + 1))
@@ -205,10 +209,7 @@ races() {
 	connect_retry && io_and_delete 0 || return 1
 	# Known bugs: re-enabling a port that listens (unlink and link its
 	# subsystem) after connects: lockdep.
-	if [ -n "$known_bugs" ]; then
-		rm "$CFG/ports/$port/subsystems/$NQN" &&
-			ln -s "$CFG/subsystems/$NQN" "$CFG/ports/$port/subsystems/$NQN"
-	fi
+	[ -z "$known_bugs" ] || relink
 }
 
 ktap_begin rxe_removal_race
