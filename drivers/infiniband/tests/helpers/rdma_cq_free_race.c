@@ -1,94 +1,199 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Reproducer of an upstream race in ib_core (7.3 cq.c), not in the drain,
- * fixed by patch 0001: ib_poll_handler() still used the CQ after
- * irq_poll_complete(), while ib_free_cq()'s irq_poll_disable() returned
- * as soon as the poll was complete, and the CQ was freed under the poller.
- * Each loop: a softirq CQ on rxe0, a QP with receives, moved to the error
- * state; the completion handler of the last flushed receive wakes this
- * task, which at once destroys the QP and frees the CQ. Without the fix,
- * on two CPUs, the poller oopses in rxe_req_notify_cq() within a second.
+ * fixed by patch 0001: ib_poll_handler() still uses the CQ after
+ * irq_poll_complete() (it calls ->req_notify_cq()), while ib_free_cq()'s
+ * irq_poll_disable() returns as soon as the poll is complete, so the CQ
+ * can be destroyed and freed under the poller.
+ *
+ * Left to chance the window is a few instructions wide, and often closed:
+ * a poll that runs inside rxe's own task (a softirq on its way out of an
+ * interrupt) holds up the QP's destroy, and so the free. Each loop here
+ * therefore makes the race happen: a softirq CQ on rxe0 gets a completion
+ * event, as rxe raises one, on this CPU, while the other CPU frees the CQ.
+ * Three probes keep the window open and watch it:
+ *  - the poller's rxe_req_notify_cq() of that CQ, the call after
+ *    irq_poll_complete(), waits until ib_free_cq()'s irq_poll_disable()
+ *    has returned, then up to 20 ms for the free to reach the provider's
+ *    destroy;
+ *  - irq_poll_disable()'s return of that CQ says so;
+ *  - rxe_destroy_cq() of that CQ waits until the poller's call has
+ *    returned: the CQ is never freed under it here, the module sees the
+ *    bug and fails instead of oopsing.
+ * With the fix the free waits for the poller and no destroy starts in
+ * the window ("held"); without it every loop's destroy starts while the
+ * poller is still in ->req_notify_cq() ("under the poller"). A loop whose
+ * free did not reach irq_poll_disable() in time ("missed": the spinning
+ * CPU held up something the free needed, such as the kprobe optimizer's
+ * IPIs) is run again. This shows the order of the two CPUs, not how often
+ * a ULP meets it; the rdma_dim() half of the bug is not exercised (rxe
+ * has no DIM).
  */
+#include <linux/delay.h>
+#include <linux/interrupt.h>
+#include <linux/kprobes.h>
 #include <linux/module.h>
 #include <linux/netdevice.h>
-#include <linux/completion.h>
+#include <linux/timekeeping.h>
+#include <linux/workqueue.h>
 #include <net/net_namespace.h>
 #include <rdma/ib_verbs.h>
 
-static unsigned int loops = 20000;
+static unsigned int loops = 200;
 module_param(loops, uint, 0444);
 MODULE_PARM_DESC(loops, "CQ lifetimes to try");
 
-struct race_wait {
-	struct ib_cqe cqe;
-	atomic_t left;
-	struct completion done;
-};
+/* One loop's state, shared by the loop, the free's work and the probes. */
+static struct {
+	struct ib_cq *cq;	/* the CQ the probes watch, or NULL */
+	bool disabled;		/* ib_free_cq()'s irq_poll_disable() returned */
+	bool destroying;	/* ib_free_cq() reached ->destroy_cq() */
+	bool poller_done;	/* the poller's ->req_notify_cq() returned */
+	struct work_struct free;
+} race;
 
-static void race_done(struct ib_cq *cq, struct ib_wc *wc)
+static unsigned int held, under_poller, missed;
+
+/* The free, on the other CPU (with no CQ: a warm-up of that CPU's pool). */
+static void race_free(struct work_struct *work)
 {
-	struct race_wait *w = container_of(wc->wr_cqe, struct race_wait, cqe);
-
-	if (atomic_dec_and_test(&w->left))
-		complete(&w->done);
+	if (race.cq)
+		ib_free_cq(race.cq);
 }
 
-static int race_once(struct ib_device *dev, struct ib_pd *pd)
+/* Spin (in a probe: no sleeping) until *flag is set, for at most @ms. */
+static bool race_wait(bool *flag, unsigned int ms)
 {
-	struct ib_qp_init_attr init = {
-		.cap = { .max_send_wr = 1, .max_recv_wr = 4,
-			 .max_send_sge = 1, .max_recv_sge = 1 },
-		.sq_sig_type = IB_SIGNAL_REQ_WR,
-		.qp_type = IB_QPT_RC,
-	};
-	struct ib_qp_attr attr = {
-		.qp_state = IB_QPS_INIT,
-		.port_num = 1,
-	};
-	struct race_wait w = { .cqe.done = race_done };
-	struct ib_recv_wr wr = { .wr_cqe = &w.cqe };
-	const struct ib_recv_wr *bad;
-	struct ib_qp *qp;
-	struct ib_cq *cq;
-	int i, ret;
+	u64 end = ktime_get_mono_fast_ns() + ms * NSEC_PER_MSEC;
 
-	init_completion(&w.done);
-	atomic_set(&w.left, 4);
+	/* Pairs with the probes' smp_store_release() of the flag. */
+	while (!smp_load_acquire(flag)) {
+		if (ktime_get_mono_fast_ns() > end)
+			return false;
+		udelay(1);
+	}
+	return true;
+}
+
+static struct ib_cq *arg_cq(struct pt_regs *regs)
+{
+	return (struct ib_cq *)regs_get_kernel_argument(regs, 0);
+}
+
+/* The poller's ->req_notify_cq() of the CQ, after irq_poll_complete(). */
+static int notify_entry(struct kretprobe_instance *ri, struct pt_regs *regs)
+{
+	struct ib_cq *cq = READ_ONCE(race.cq);
+
+	if (!cq || arg_cq(regs) != cq || !in_serving_softirq())
+		return 1;	/* not that call: no return probe */
+	if (!race_wait(&race.disabled, MSEC_PER_SEC))
+		missed++;
+	else if (race_wait(&race.destroying, 20))
+		under_poller++;
+	else
+		held++;
+	return 0;
+}
+
+/* That call returned: the poller no longer uses the CQ. */
+static int notify_return(struct kretprobe_instance *ri, struct pt_regs *regs)
+{
+	/* Pairs with race_wait(): the poller's counts are written. */
+	smp_store_release(&race.poller_done, true);
+	return 0;
+}
+
+static int disable_entry(struct kretprobe_instance *ri, struct pt_regs *regs)
+{
+	struct ib_cq *cq = READ_ONCE(race.cq);
+
+	return !cq || (void *)regs_get_kernel_argument(regs, 0) != &cq->iop;
+}
+
+static int disable_return(struct kretprobe_instance *ri, struct pt_regs *regs)
+{
+	/* Pairs with race_wait() in notify_entry(). */
+	smp_store_release(&race.disabled, true);
+	return 0;
+}
+
+static int destroy_pre(struct kprobe *p, struct pt_regs *regs)
+{
+	struct ib_cq *cq = READ_ONCE(race.cq);
+
+	if (!cq || arg_cq(regs) != cq)
+		return 0;
+	/* Pairs with race_wait() in notify_entry(). */
+	smp_store_release(&race.destroying, true);
+	race_wait(&race.poller_done, 2 * MSEC_PER_SEC);
+	return 0;
+}
+
+static struct kretprobe notify_probe = {
+	.kp.symbol_name = "rxe_req_notify_cq",
+	.entry_handler = notify_entry,
+	.handler = notify_return,
+	.maxactive = 4,
+};
+
+static struct kretprobe disable_probe = {
+	.kp.symbol_name = "irq_poll_disable",
+	.entry_handler = disable_entry,
+	.handler = disable_return,
+	.maxactive = 4,
+};
+
+static struct kprobe destroy_probe = {
+	.symbol_name = "rxe_destroy_cq",
+	.pre_handler = destroy_pre,
+};
+
+static int race_once(struct ib_device *dev)
+{
+	struct ib_cq *cq;
+	unsigned int other;
+
 	cq = ib_alloc_cq(dev, NULL, 8, 0, IB_POLL_SOFTIRQ);
 	if (IS_ERR(cq))
 		return PTR_ERR(cq);
-	init.send_cq = cq;
-	init.recv_cq = cq;
-	qp = ib_create_qp(pd, &init);
-	if (IS_ERR(qp)) {
-		ret = PTR_ERR(qp);
-		goto free_cq;
-	}
-	ret = ib_modify_qp(qp, &attr, IB_QP_STATE | IB_QP_PKEY_INDEX |
-			   IB_QP_PORT | IB_QP_ACCESS_FLAGS);
-	for (i = 0; !ret && i < 4; i++)
-		ret = ib_post_recv(qp, &wr, &bad);
-	if (ret)
-		goto destroy_qp;
-	attr.qp_state = IB_QPS_ERR;
-	ret = ib_modify_qp(qp, &attr, IB_QP_STATE);
-	if (!ret)
-		wait_for_completion(&w.done);
-destroy_qp:
-	ib_destroy_qp(qp);
-free_cq:
-	ib_free_cq(cq);
-	return ret;
+	WRITE_ONCE(race.disabled, false);
+	WRITE_ONCE(race.destroying, false);
+	WRITE_ONCE(race.poller_done, false);
+	WRITE_ONCE(race.cq, cq);
+
+	/*
+	 * A completion event schedules the poll on this CPU; it runs when
+	 * bottom halves are enabled again, by then the free is queued.
+	 */
+	local_bh_disable();
+	cq->comp_handler(cq, cq->cq_context);
+	other = cpumask_any_but(cpu_online_mask, smp_processor_id());
+	queue_work_on(other, system_highpri_wq, &race.free);
+	local_bh_enable();
+
+	flush_work(&race.free);
+	WRITE_ONCE(race.cq, NULL);
+	return 0;
 }
 
 static int __init race_init(void)
 {
 	struct net_device *ndev;
 	struct ib_device *dev;
-	struct ib_pd *pd;
-	unsigned int i;
-	int ret = 0;
+	unsigned int cpu, i;
+	int ret;
 
+	if (num_online_cpus() < 2 || !loops) {
+		pr_err("rdma_cq_free_race: needs two CPUs and loops > 0\n");
+		return -EINVAL;
+	}
+	/* Each CPU's worker pool up before a probe spins: no worker to fork. */
+	INIT_WORK(&race.free, race_free);
+	for_each_online_cpu(cpu) {
+		queue_work_on(cpu, system_highpri_wq, &race.free);
+		flush_work(&race.free);
+	}
 	ndev = dev_get_by_name(&init_net, "dummy0");
 	if (!ndev)
 		return -ENODEV;
@@ -96,15 +201,30 @@ static int __init race_init(void)
 	dev_put(ndev);
 	if (!dev)
 		return -ENODEV;
-	pd = ib_alloc_pd(dev, 0);
-	if (IS_ERR(pd)) {
-		ret = PTR_ERR(pd);
+	ret = register_kretprobe(&notify_probe);
+	if (ret)
 		goto put;
-	}
-	for (i = 0; i < loops && !ret; i++)
-		ret = race_once(dev, pd);
-	pr_info("rdma_cq_free_race: %u loops, result %d\n", i, ret);
-	ib_dealloc_pd(pd);
+	ret = register_kretprobe(&disable_probe);
+	if (ret)
+		goto notify;
+	ret = register_kprobe(&destroy_probe);
+	if (ret)
+		goto disable;
+	/* Let the kprobe optimizer's IPIs pass before a probe spins. */
+	msleep(200);
+	/* A missed loop proves nothing: run it again, a few times at most. */
+	for (i = 0; i < loops + loops / 10 + 2 && held + under_poller < loops &&
+	     !ret; i++)
+		ret = race_once(dev);
+	pr_info("rdma_cq_free_race: %u loops, result %d: %u held, %u under the poller, %u missed\n",
+		i, ret, held, under_poller, missed);
+	if (!ret && held != loops)
+		ret = -EIO;
+	unregister_kprobe(&destroy_probe);
+disable:
+	unregister_kretprobe(&disable_probe);
+notify:
+	unregister_kretprobe(&notify_probe);
 put:
 	ib_device_put(dev);
 	return ret;
