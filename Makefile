@@ -7,6 +7,8 @@
 #   make test-2host  two VMs on a virtual wire, nvme-rdma: the target killed,
 #                the link cut, a delete with the target unreachable
 #                (FLAVOUR=debug, ROUNDS=N)
+#   make repro-upstream  the nvme-rdma races of patches/reports/ on the
+#                unmodified 7.3 tree (RACES=N)
 #   make bench   Rust vs C drain latency on rxe (out/bench/: CSV, table, plot)
 #   make bench-profile  the direct-CQ drain step by step under ftrace
 #   make kunit   the unit suites through the tree's own kunit.py
@@ -23,7 +25,7 @@ SHELL := /bin/bash
 CACHE ?= $(or $(RDMA_RUST_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/rdma-rust-drain)
 export RDMA_RUST_CACHE := $(CACHE)
 
-.PHONY: all demo test test-debug test-2host build bench bench-profile kunit patches patches-check mutants lint clean
+.PHONY: all demo test test-debug test-2host repro-upstream build bench bench-profile kunit patches patches-check mutants lint clean
 
 all: demo
 
@@ -57,6 +59,21 @@ test-2host:
 	@scripts/build.sh $${FLAVOUR:-test}
 	@scripts/initramfs.sh $${FLAVOUR:-test}
 	@scripts/test-2host.sh $${FLAVOUR:-test} $${ROUNDS:-10}
+
+# The bugs of patches/reports/ on the unmodified 7.3 tree (no patches, no
+# project modules) with the debug kernel's config: nvme.sh alone, its
+# removal racing resets and deletes too (RACES=16). Not a test: it ends
+# with results.py's list of the kernel's reports and the symptoms' lines.
+repro-upstream:
+	@mkdir -p "$(CACHE)/upstream-overlay" && : >"$(CACHE)/upstream-overlay/Kbuild"
+	@SRC_TREE="$(CACHE)/upstream-src" OVERLAY="$(CACHE)/upstream-overlay" scripts/build.sh upstream
+	@scripts/initramfs.sh upstream
+	@log="$(CACHE)/logs/console-upstream.log"; rc=0; \
+	BOOT_TIMEOUT=$${BOOT_TIMEOUT:-1800} scripts/boot.sh upstream "$$log" \
+		"rust_drain_ulp_cycles=1 rust_drain_ulps=nvme rust_drain_ulps_only rust_drain_race_known_bugs rust_drain_nvme_races=$${RACES:-16} $${KERNEL_ARGS:-}" || rc=$$?; \
+	python3 scripts/results.py "$(CACHE)/upstream-src" "$$log" noend || rc=$$?; \
+	grep -aE 'rdma\.c:[0-9]+|Connect rejected|does not listen again|KASAN:|circular locking' "$$log" || true; \
+	exit $$rc
 
 bench:
 	@scripts/bench.sh

@@ -11,6 +11,8 @@ flavour=${1:-test}
 case "$flavour" in
 test | mutant) frags=("$TOP/scripts/config/base.config") ;;
 debug) frags=("$TOP/scripts/config/base.config" "$TOP/scripts/config/debug.config") ;;
+upstream) frags=("$TOP/scripts/config/base.config" "$TOP/scripts/config/debug.config"
+	"$TOP/scripts/config/upstream.config") ;;
 bench) frags=("$TOP/scripts/config/base.config" "$TOP/scripts/config/bench.config") ;;
 *) die build "" "unknown flavour '$flavour'" ;;
 esac
