@@ -149,7 +149,7 @@ guest_qemu() {
 	# shellcheck disable=SC2034 # for the caller
 	QEMU=(qemu-system-x86_64 -name "rdma-$flavour,debug-threads=on" -machine q35 -cpu "max,+arat" -smp "$GUEST_CPUS" -m 2G
 		-kernel "$build/arch/x86/boot/bzImage" -initrd "$build/initramfs.cpio.gz"
-		-append "$(tsc_args) console=ttyS0 panic=-1 oops=panic rdinit=/init loglevel=7 dummy.numdummies=2 $*"
+		-append "$(tsc_args) console=ttyS0 panic=-1 oops=panic rdinit=/init loglevel=7 dummy.numdummies=3 $*"
 		-display none -serial "file:$log" -no-reboot)
 }
 

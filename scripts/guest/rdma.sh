@@ -58,6 +58,20 @@ rxe1_delete() {
 	wait $!
 }
 
+# The soft-iWARP device, siw0 on dummy2, for the suites on siw
+# (rdma_drain_siw, rdma_drain_siw_srq, the ULPs over siw); siw0_delete
+# removes it again. siw speaks TCP: between two addresses of this guest
+# it goes through lo, which must be up (rxe loops back by itself).
+siw0_add() {
+	ip link set lo up && modprobe siw && ip link set dummy2 up &&
+		rdma link add siw0 type siw netdev dummy2
+}
+siw0_delete() {
+	rdma link delete siw0 &
+	pid_ends_within 60 $! || { echo "rdma link delete siw0 still waits after 60 s"; return 1; }
+	wait $!
+}
+
 # pid_ends_within SECONDS PID: whether the child PID of this shell exits
 # (or is a zombie, not reaped yet) within SECONDS.
 pid_ends_within() {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! What the rxe test modules share (`mod common;` in each): the device, the
-//! poll contexts, a completion counter and connecting two QPs.
+//! What the test modules on rxe and siw share (`mod common;` in each): the
+//! providers, the poll contexts, a completion counter and connecting two
+//! QPs.
 
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::infiniband::{
@@ -19,9 +20,48 @@ pub(crate) const CONTEXTS: [PollContext; 4] = [
     PollContext::UnboundWorkqueue,
 ];
 
+/// A software provider the guest created a device of, and what the suites
+/// that run on either must know of it.
+pub(crate) struct Provider {
+    /// The device's name: `rxe0`, `siw0`.
+    #[allow(dead_code)] // Not every module that shares this file reads it.
+    pub(crate) name: &'static CStr,
+    /// The netdev the guest created it on.
+    netdev: &'static CStr,
+    /// Whether a QP in the error state can go back to RESET and be used
+    /// again. siw's error state is final (`siw_qp_modify()`).
+    #[allow(dead_code)] // As for `name`.
+    pub(crate) reusable: bool,
+}
+
+impl Provider {
+    /// The provider's device.
+    pub(crate) fn device(&self) -> Result<DeviceRef> {
+        RegisteredDevice::get_by_netdev(self.netdev)
+    }
+}
+
+/// Soft-RoCE, `rxe0` on `dummy0`.
+pub(crate) static RXE: Provider = Provider {
+    name: c"rxe0",
+    netdev: c"dummy0",
+    reusable: true,
+};
+
+/// Soft-iWARP, `siw0` on `dummy2` (scripts/guest/rdma.sh: `siw0_add`). Its
+/// QPs reach RTS only through the iWARP CM, so the suites on it drain QPs
+/// that were never connected: receives posted in INIT, nothing sent. It
+/// flushes a work request posted in the error state inside the post call.
+#[allow(dead_code)] // Not every module that shares this file runs on siw.
+pub(crate) static SIW: Provider = Provider {
+    name: c"siw0",
+    netdev: c"dummy2",
+    reusable: false,
+};
+
 /// The rxe device the guest created on `dummy0`.
 pub(crate) fn rxe() -> Result<DeviceRef> {
-    RegisteredDevice::get_by_netdev(c"dummy0")
+    RXE.device()
 }
 
 /// Counts completions by status.

@@ -7,11 +7,17 @@
 # ib_drain_rq(), then ib_drain_sq()); the server calls ib_drain_qp() from
 # svc_rdma_free(). A stacktrace trigger on cq_drain_complete tells whose
 # drain each event was.
-# Usage: nfs.sh CYCLES. Prints three KTAP suites: nfs_rdma_rxe,
-# nfs_rdma_server_restart, nfs_rdma_rxe_removal.
+# Usage: nfs.sh CYCLES [siw]. Prints three KTAP suites: nfs_rdma_rxe,
+# nfs_rdma_server_restart, nfs_rdma_rxe_removal; with siw, the cycles alone
+# over siw0 (iWARP, through the iw_cm): nfs_rdma_siw.
 
 CYCLES=${1:-20}
+PROVIDER=${2:-rxe}
 ADDR=169.254.1.1
+if [ "$PROVIDER" = siw ]; then
+	ADDR=10.99.0.1
+	ip addr replace $ADDR/24 dev dummy2
+fi
 PORT=20049
 EXPORT=/srv/nfs
 MNT=/mnt/nfs
@@ -123,7 +129,7 @@ cycles() {
 QP0=$(qp_count)
 REFUSALS0=$(refusals)
 
-ktap_begin nfs_rdma_rxe
+ktap_begin "nfs_rdma_$PROVIDER"
 check nfsd_rdma_server_setup setup
 check drain_stacks_traced trace_stacks_on
 check "nfs_rdma_${CYCLES}_cycles_data_matches" cycles
@@ -136,6 +142,11 @@ check client_ib_drain_rq_ran drains_exactly $((CYCLES * 2)) ib_drain_rq rpcrdma_
 check client_ib_drain_sq_ran drains_exactly $((CYCLES * 2)) ib_drain_sq rpcrdma_xprt_disconnect
 check server_ib_drain_qp_ran drains_exactly $((CYCLES * 4)) ib_drain_qp svc_rdma_free
 check no_drain_refused no_refusals_since "$REFUSALS0"
+if [ "$PROVIDER" = siw ]; then
+	check nfs_left_nothing cleanup
+	ktap_end nfs_rdma_siw
+	exit 0
+fi
 ktap_end nfs_rdma_rxe
 
 # The server restarts under a mounted client: the client reconnects (and,

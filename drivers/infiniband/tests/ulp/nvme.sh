@@ -8,36 +8,47 @@
 # Then RACES times, rxe0's removal (`rdma link delete`) races the host's
 # teardown of a connected controller, and rxe0 is added again.
 # Prints two KTAP suites, nvme_rdma_rxe and rxe_removal_race.
+# With siw as third argument: the cycles alone, over siw0 (iWARP, connected
+# through the iw_cm), on a port of their own: nvme_rdma_siw.
 
 CYCLES=${1:-100}
 RACES=${2:-6}
+PROVIDER=${3:-rxe}
 # rust_drain_nvme_races=N on the kernel command line overrides it.
 races_arg=$(sed -n 's/.*rust_drain_nvme_races=\([0-9]*\).*/\1/p' /proc/cmdline)
 RACES=${races_arg:-$RACES}
 ADDR=169.254.1.1
+PORT=1
+if [ "$PROVIDER" = siw ]; then
+	ADDR=10.99.0.1 PORT=99
+	ip addr replace $ADDR/24 dev dummy2
+fi
 NQN=nqn.2026-11.rust-drain:test
 CFG=/sys/kernel/config/nvmet
 
 . /ktap.sh
 . /rdma.sh
-ktap_begin nvme_rdma_rxe
+ktap_begin "nvme_rdma_$PROVIDER"
 
 setup_target() {
 	modprobe null_blk nr_devices=1 gb=1 memory_backed=1 &&
 		modprobe nvmet-rdma && modprobe nvme-rdma &&
 		mount -t configfs none /sys/kernel/config 2>/dev/null
 	[ -d $CFG ] || return 1
-	mkdir $CFG/subsystems/$NQN &&
-		echo 1 >$CFG/subsystems/$NQN/attr_allow_any_host &&
-		mkdir $CFG/subsystems/$NQN/namespaces/1 &&
-		echo /dev/nullb0 >$CFG/subsystems/$NQN/namespaces/1/device_path &&
-		echo 1 >$CFG/subsystems/$NQN/namespaces/1/enable &&
-		mkdir $CFG/ports/1 &&
-		echo rdma >$CFG/ports/1/addr_trtype &&
-		echo ipv4 >$CFG/ports/1/addr_adrfam &&
-		echo $ADDR >$CFG/ports/1/addr_traddr &&
-		echo 4420 >$CFG/ports/1/addr_trsvcid &&
-		ln -s $CFG/subsystems/$NQN $CFG/ports/1/subsystems/$NQN
+	# The rxe run made the subsystem already, before a siw run.
+	[ -d $CFG/subsystems/$NQN ] || {
+		mkdir $CFG/subsystems/$NQN &&
+			echo 1 >$CFG/subsystems/$NQN/attr_allow_any_host &&
+			mkdir $CFG/subsystems/$NQN/namespaces/1 &&
+			echo /dev/nullb0 >$CFG/subsystems/$NQN/namespaces/1/device_path &&
+			echo 1 >$CFG/subsystems/$NQN/namespaces/1/enable
+	} || return 1
+	mkdir $CFG/ports/$PORT &&
+		echo rdma >$CFG/ports/$PORT/addr_trtype &&
+		echo ipv4 >$CFG/ports/$PORT/addr_adrfam &&
+		echo $ADDR >$CFG/ports/$PORT/addr_traddr &&
+		echo 4420 >$CFG/ports/$PORT/addr_trsvcid &&
+		ln -s $CFG/subsystems/$NQN $CFG/ports/$PORT/subsystems/$NQN
 }
 
 # Connects a controller; sets $dev (its namespace) and $ctrl (sysfs).
@@ -93,6 +104,12 @@ check "nvme_rdma_${CYCLES}_cycles_data_matches" cycles
 check drains_ran_on_both_sides drains_traced $((CYCLES * 4))
 echo "rust-drain: $(grep -c cq_drain_complete "$TRACE/trace" 2>/dev/null) cq_drain_complete events in $CYCLES nvme cycles"
 
+if [ "$PROVIDER" = siw ]; then
+	# siw0 goes next (rdma link delete): its port goes first.
+	check nvmet_siw_port_removed sh -c "rm $CFG/ports/$PORT/subsystems/$NQN && rmdir $CFG/ports/$PORT"
+	ktap_end nvme_rdma_siw
+	exit 0
+fi
 ktap_end nvme_rdma_rxe
 
 # Waits at most $2 seconds for process $1; fails if it is still running.
