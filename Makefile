@@ -8,7 +8,7 @@
 #                the link cut, a delete with the target unreachable
 #                (FLAVOUR=debug, ROUNDS=N)
 #   make repro-upstream  the nvme-rdma races of patches/reports/ on the
-#                unmodified 7.3 tree (RACES=N)
+#                unmodified 7.3 tree (RACES=N, FORMS=io,idle,reset,delete)
 #   make bench   Rust vs C drain latency on rxe (out/bench/: CSV, table, plot)
 #   make bench-profile  the direct-CQ drain step by step under ftrace
 #   make kunit   the unit suites through the tree's own kunit.py
@@ -70,7 +70,7 @@ repro-upstream:
 	@scripts/initramfs.sh upstream
 	@log="$(CACHE)/logs/console-upstream.log"; rc=0; \
 	BOOT_TIMEOUT=$${BOOT_TIMEOUT:-1800} scripts/boot.sh upstream "$$log" \
-		"rust_drain_ulp_cycles=1 rust_drain_ulps=nvme rust_drain_ulps_only rust_drain_race_known_bugs rust_drain_nvme_races=$${RACES:-16} $${KERNEL_ARGS:-}" || rc=$$?; \
+		"rust_drain_ulp_cycles=1 rust_drain_ulps=nvme rust_drain_ulps_only rust_drain_race_known_bugs rust_drain_nvme_races=$${RACES:-16} $${FORMS:+rust_drain_race_forms=$$FORMS} $${KERNEL_ARGS:-}" || rc=$$?; \
 	python3 scripts/results.py "$(CACHE)/upstream-src" "$$log" noend || rc=$$?; \
 	grep -aE 'rdma\.c:[0-9]+|Connect rejected|does not listen again|KASAN:|circular locking' "$$log" || true; \
 	exit $$rc

@@ -233,6 +233,10 @@ ktap_begin rxe_removal_race
 forms="io idle"
 known_bugs=""
 grep -q rust_drain_race_known_bugs /proc/cmdline && forms="io idle reset delete" known_bugs=1
+# rust_drain_race_forms=a,b: only these forms (make repro-upstream FORMS=a,b:
+# without reset's KASAN report, which turns lockdep off).
+forms_arg=$(sed -n 's/.*rust_drain_race_forms=\([a-z,]*\).*/\1/p' /proc/cmdline | tr , ' ')
+forms=${forms_arg:-$forms}
 # A host tearing down a controller whose target vanished waits for its
 # commands to time out (60 s admin, 30 s I/O by default), longer than the
 # debug kernel's hung-task timeout (20 s): shorten them for this suite.
