@@ -15,6 +15,8 @@ use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use kernel::infiniband::{
     Cqe, GidAttr, OwnedCq, OwnedQp, OwnedSrq, Pd, PollContext, QpConfig, QpState,
 };
+#[cfg(CONFIG_INFINIBAND_DRAIN_C_REFERENCE)]
+use kernel::kunit;
 use kernel::prelude::*;
 use kernel::sync::{Arc, Completion};
 use kernel::time::{delay::fsleep, Delta, Instant, Monotonic};
@@ -367,7 +369,7 @@ fn drain_qp_c(qp: &mut OwnedQp) {
 }
 
 /// A QP on an SRQ on siw (soft-iWARP), never connected, with 4 receives on
-/// its SRQ. siw never raises `IB_EVENT_QP_LAST_WQE_REACHED`, so the drain
+/// its SRQ. `ib_drain_rq()` refuses it, in the error state. siw never raises `IB_EVENT_QP_LAST_WQE_REACHED`, so the drain
 /// of the whole QP, C's and ours alike, waits out its 60 s for the event;
 /// the hung-task detector reports the waiting insmod on the way, as it
 /// would any ULP's (scripts/results.py expects it of this suite). The
@@ -392,6 +394,13 @@ mod siw_srq_tests {
         for _ in 0..4 {
             srq.post()?;
         }
+        // The exported `ib_drain_rq()`, as a C ULP calls it, refuses a QP
+        // on an SRQ, and leaves it in the error state, as C does (with at
+        // most one WARN: ib_core's fault suite may have used it up).
+        // SAFETY: `qp` is a valid QP, and nothing else posts on it meanwhile.
+        let drain_rq = || unsafe { kernel::bindings::ib_drain_rq(qp.as_raw()) };
+        let refusal_warnings = kunit::count_warnings(drain_rq);
+        let state_after_refusal = qp.state()?;
         let start = Instant::<Monotonic>::now();
         drain_qp_c(&mut qp);
         let c_ms = start.elapsed().as_millis();
@@ -421,6 +430,8 @@ mod siw_srq_tests {
             last_wqe_events: 0,
             left_on_srq: 4,
         };
+        assert!(matches!(refusal_warnings, Some(0 | 1)));
+        assert_eq!(state_after_refusal, QpState::Err);
         assert_eq!(by_c, want);
         assert_eq!(by_rust, want);
         assert_eq!(counts, (0, 0, 0));
