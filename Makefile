@@ -8,7 +8,7 @@
 #                the link cut, a delete with the target unreachable
 #                (FLAVOUR=debug, ROUNDS=N)
 #   make repro-upstream  the nvme-rdma races of patches/reports/ on the
-#                unmodified 7.3 tree (RACES=N, FORMS=io,idle,reset,delete)
+#                7.3 tree without our patches (RACES=N, FORMS=io,idle,reset,delete)
 #   make bench   Rust vs C drain latency on rxe (out/bench/: CSV, table, plot)
 #   make bench-profile  the direct-CQ drain step by step under ftrace
 #   make kunit   the unit suites through the tree's own kunit.py
@@ -60,7 +60,7 @@ test-2host:
 	@scripts/initramfs.sh $${FLAVOUR:-test}
 	@scripts/test-2host.sh $${FLAVOUR:-test} $${ROUNDS:-10}
 
-# The bugs of patches/reports/ on the unmodified 7.3 tree (no patches, no
+# The bugs of patches/reports/ on the 7.3 tree without our patches (no
 # project modules) with the debug kernel's config: nvme.sh alone, its
 # removal racing resets and deletes too (RACES=16). Not a test: it ends
 # with results.py's list of the kernel's reports and the symptoms' lines.
