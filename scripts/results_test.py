@@ -212,6 +212,31 @@ class ResultsTest(unittest.TestCase):
         self.assertIn("  rdma_drain_might_sleep: 1 passed, 0 failed", run.lines)
         self.assertIn("    fault injection: 4 cases, 4 passed; 0 reports", run.lines)
 
+    def test_expected_report_needs_its_trace(self) -> None:
+        # rdma_drain_siw_srq may make the hung-task detector report its
+        # drain, not another wait.
+        def hung(fn: str) -> list[str]:
+            return [
+                "KTAP version 1",
+                "1..1",
+                "    KTAP version 1",
+                "    # Subtest: rdma_drain_siw_srq",
+                "    1..1",
+                "[   83.140198] INFO: task kunit_try_catch:1046 blocked for more than 20 seconds.",
+                "[   83.140247] Call Trace:",
+                "[   83.140258]  <TASK>",
+                "[   83.140331]  wait_for_common+0xd8/0x160",
+                f"[   83.140349]  {fn}+0xa9/0xf0 [ib_core]",
+                "[   83.140360]  </TASK>",
+                "    ok 1 drain_qp_of_a_qp_on_an_srq_waits_out_the_last_wqe_timeout",
+                "ok 1 rdma_drain_siw_srq",
+            ]
+        run = results(_tmp_file("srq.log", _pass_log_with("ok 1 rdma_drain_rxe_faults", hung("ib_drain_qp_c"))))
+        self.assertPassedFailed(run, 12, 0)
+        run = results(_tmp_file("other.log", _pass_log_with("ok 1 rdma_drain_rxe_faults", hung("rxe_destroy_qp"))))
+        self.assertPassedFailed(run, 12, 1)
+        self.assertIn("    siw: 1 cases, 1 passed; 1 reports", run.lines)
+
     def test_failed_case(self) -> None:
         run = results("failed-case.log")
         self.assertPassedFailed(run, 10, 1)
