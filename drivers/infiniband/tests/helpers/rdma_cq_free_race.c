@@ -126,6 +126,12 @@ static int destroy_pre(struct kprobe *p, struct pt_regs *regs)
 		return 0;
 	/* Pairs with race_wait() in notify_entry(). */
 	smp_store_release(&race.destroying, true);
+	/*
+	 * The poller's probe waits at most 1 s + 20 ms, so this runs out only
+	 * if the loop's poll never reached ->req_notify_cq() (the free's
+	 * irq_poll_disable() came first): then nothing uses the CQ, and the
+	 * loop, counted nowhere, is run again.
+	 */
 	race_wait(&race.poller_done, 2 * MSEC_PER_SEC);
 	return 0;
 }

@@ -5,8 +5,9 @@
 # configuration and rxe0 that the earlier suites left, unload every module
 # that uses ib_core and then ib_core itself, load ib_core and rdma_rxe
 # again, add rxe0 again, and run the rxe suite (a Rust ULP,
-# kernel::infiniband) on it, and its siw suite on siw0, added again too. ib_core's own KUnit suites run again when it
-# loads. Prints the KTAP suite rdma_ib_core_reload; the host requires a
+# kernel::infiniband) on it, and its siw suite on siw0, added again too.
+# ib_core's own KUnit suites run again when it loads. Prints the KTAP
+# suite rdma_ib_core_reload; the host requires a
 # second run of rdma_drain_abi, rdma_drain_unit and rdma_drain_rxe
 # (run-tests.sh).
 
@@ -49,7 +50,10 @@ rxe_suite() {
 	# shellcheck disable=SC2015 # delete both if either fails
 	insmod "$(find /lib/modules/*/updates -name rdma_drain_rxe_test.ko)" &&
 		rmmod rdma_drain_rxe_test || { rxe1_delete; siw0_delete; return 1; }
-	rxe1_delete && siw0_delete
+	_rc=0
+	rxe1_delete || _rc=1
+	siw0_delete || _rc=1
+	return $_rc
 }
 
 check ib_core_is_a_loaded_module grep -q '^ib_core ' /proc/modules
