@@ -72,6 +72,14 @@ siw0_delete() {
 	wait $!
 }
 
+# on_siw CMD...: runs CMD (a ULP's suite over siw) between siw0_add and
+# siw0_delete; says so on the console if either fails.
+on_siw() {
+	siw0_add || { echo "rust-drain: siw0 could not be added"; return 1; }
+	"$@"
+	siw0_delete || echo "rust-drain: siw0 could not be deleted"
+}
+
 # pid_ends_within SECONDS PID: whether the child PID of this shell exits
 # (or is a zombie, not reaped yet) within SECONDS.
 pid_ends_within() {
