@@ -9,7 +9,13 @@ shift 2
 mapfile -t fragments < <(realpath "$@")
 set -- "${fragments[@]}"
 log=$CACHE/logs/config.log
-want=$(cat "$@" | sha256sum | cut -c1-16)
+# The fragments, and the Kconfig files the patches change: a symbol a patch
+# adds goes through olddefconfig here, not through the build's syncconfig,
+# which would ask for it in a cached build directory.
+want=$({
+	cat "$@"
+	grep 'Kconfig' "$src/.overlay-patched" 2>/dev/null | sed "s|^|$src/|" | xargs -r cat
+} | sha256sum | cut -c1-16)
 if [ -f "$build/.config" ] && [ "$(cat "$build/.config.fragment-hash" 2>/dev/null)" = "$want" ]; then
 	exit 0
 fi

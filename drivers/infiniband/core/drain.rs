@@ -37,6 +37,10 @@ use kernel::task::might_sleep;
 use kernel::time::{delay::fsleep, msecs_to_jiffies, Delta, Instant, Monotonic};
 use pin_init::stack_pin_init;
 
+// Benchmark only: `bench_switch!` (`CONFIG_INFINIBAND_DRAIN_SWITCH`).
+#[macro_use]
+mod drain_switch;
+
 /// Prefix of this object's messages (it is part of ib_core, not a module of its own).
 const __LOG_PREFIX: &[u8] = b"ib_core\0";
 
@@ -73,6 +77,7 @@ const DIRECT_SLEEP_MAX_US: i64 = 16_384;
 #[export]
 pub unsafe extern "C" fn ib_drain_rq(qp: *mut kernel::bindings::ib_qp) {
     might_sleep();
+    bench_switch!(qp, ib_drain_rq_c);
     // SAFETY: The caller guarantees a valid QP and exclusive posting, and
     // keeps the rest of the drain's contract.
     unsafe { drain(&mut Qp::from_raw(qp).recv_queue()) };
@@ -87,6 +92,7 @@ pub unsafe extern "C" fn ib_drain_rq(qp: *mut kernel::bindings::ib_qp) {
 #[export]
 pub unsafe extern "C" fn ib_drain_sq(qp: *mut kernel::bindings::ib_qp) {
     might_sleep();
+    bench_switch!(qp, ib_drain_sq_c);
     // SAFETY: As in `ib_drain_rq`, for the send queue.
     unsafe { drain(&mut Qp::from_raw(qp).send_queue()) };
 }
@@ -99,6 +105,7 @@ pub unsafe extern "C" fn ib_drain_sq(qp: *mut kernel::bindings::ib_qp) {
 #[export]
 pub unsafe extern "C" fn ib_drain_qp(qp: *mut kernel::bindings::ib_qp) {
     might_sleep();
+    bench_switch!(qp, ib_drain_qp_c);
     // SAFETY: The caller guarantees a valid QP and exclusive posting on both
     // queues, and keeps the rest of the drain's contract.
     unsafe {
