@@ -126,10 +126,14 @@ logout() {
 cycle() {
 	login || return 1
 	dd if=/dev/urandom of=/tmp/iser.pattern bs=4096 count=64 2>/dev/null
-	dd if=/tmp/iser.pattern of="/dev/$dev" bs=4096 count=64 seek="$1" oflag=direct 2>/dev/null &&
-		dd if="/dev/$dev" of=/tmp/iser.readback bs=4096 count=64 skip="$1" iflag=direct 2>/dev/null &&
-		cmp /tmp/iser.pattern /tmp/iser.readback
-	rc=$?
+	rc=1
+	if ! dd if=/tmp/iser.pattern of="/dev/$dev" bs=4096 count=64 seek="$1" oflag=direct 2>/tmp/iser.dd; then
+		echo "write to /dev/$dev: $(tail -n 1 /tmp/iser.dd)"
+	elif ! dd if="/dev/$dev" of=/tmp/iser.readback bs=4096 count=64 skip="$1" iflag=direct 2>/tmp/iser.dd; then
+		echo "read from /dev/$dev: $(tail -n 1 /tmp/iser.dd)"
+	else
+		cmp /tmp/iser.pattern /tmp/iser.readback && rc=0
+	fi
 	logout || rc=1
 	return $rc
 }
