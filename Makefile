@@ -11,6 +11,8 @@
 #                7.3 tree without our patches (RACES=N, FORMS=io,idle,reset,delete)
 #   make bench   Rust vs C drain latency on rxe (out/bench/: CSV, table, plot)
 #   make bench-profile  the direct-CQ drain step by step under ftrace
+#   make bench-ulp  in-tree ULPs' teardown cycles over the Rust and the C drain
+#   make bench-inline  make bench, built with LLVM 22 and CONFIG_RUST_INLINE_HELPERS
 #   make kunit   the unit suites through the tree's own kunit.py
 #   make lint    shellcheck, the scripts' Python unit tests, rustfmt, clippy
 #                (CLIPPY=1) and checkpatch.pl on the change
@@ -25,7 +27,7 @@ SHELL := /bin/bash
 CACHE ?= $(or $(RDMA_RUST_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/rdma-rust-drain)
 export RDMA_RUST_CACHE := $(CACHE)
 
-.PHONY: all demo test test-debug test-2host repro-upstream build bench bench-profile kunit patches patches-check mutants lint clean
+.PHONY: all demo test test-debug test-2host repro-upstream build bench bench-profile bench-ulp bench-inline kunit patches patches-check mutants lint clean
 
 all: demo
 
@@ -80,6 +82,12 @@ bench:
 
 bench-profile:
 	@PROFILE=1 scripts/bench.sh
+
+bench-ulp:
+	@scripts/bench-ulp.sh
+
+bench-inline:
+	@RDMA_RUST_LLVM=22 BENCH_FLAVOUR=bench-inline scripts/bench.sh
 
 kunit:
 	@scripts/kunit.sh

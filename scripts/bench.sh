@@ -9,13 +9,16 @@
 # (make bench only: the profile sets its own).
 . "$(dirname "$0")/lib.sh"
 
-"$TOP/scripts/build.sh" bench
-"$TOP/scripts/initramfs.sh" bench
+# BENCH_FLAVOUR=bench-inline (make bench-inline): the same on a kernel built with
+# LLVM 22 and CONFIG_RUST_INLINE_HELPERS, into out/bench-inline/.
+flavour=${BENCH_FLAVOUR:-bench}
+"$TOP/scripts/build.sh" "$flavour"
+"$TOP/scripts/initramfs.sh" "$flavour"
 if [ "${PROFILE:-0}" = 1 ]; then
 	samples=${1:-${SAMPLES:-100}} log=$CACHE/logs/console-bench-profile.log
 	args="rust_drain_bench=$samples rust_drain_profile"
 else
-	samples=${1:-${SAMPLES:-420}} log=$CACHE/logs/console-bench.log
+	samples=${1:-${SAMPLES:-420}} log=$CACHE/logs/console-$flavour.log
 	args="rust_drain_bench=$samples"
 fi
 # The samples wait in the log buffer until the drains are done
@@ -31,7 +34,7 @@ fi
 # not what this measures (pin_vcpus in lib.sh). PIN_VCPUS=0: the control.
 rm -f "$log" "$log.pin"
 [ "${PIN_VCPUS:-1}" = 1 ] || echo "pin: not pinned: PIN_VCPUS=${PIN_VCPUS}" >"$log.pin"
-PIN_VCPUS=${PIN_VCPUS:-1} BOOT_TIMEOUT=${BOOT_TIMEOUT:-3000} "$TOP/scripts/boot.sh" bench "$log" "$args"
+PIN_VCPUS=${PIN_VCPUS:-1} BOOT_TIMEOUT=${BOOT_TIMEOUT:-3000} "$TOP/scripts/boot.sh" "$flavour" "$log" "$args"
 vcpus_up "$log" || die bench "$log" "the guest did not bring up all its vCPUs"
 grep -q 'rdma_drain_bench: end,ok' "$log" ||
 	die bench "$log" "the benchmark did not finish"
@@ -41,5 +44,5 @@ if [ "${PROFILE:-0}" = 1 ]; then
 		die bench "$log" "the profile's trace did not reach the console"
 	python3 "$TOP/scripts/bench-profile.py" "$log" "$TOP/out/bench" "$host"
 else
-	python3 "$TOP/scripts/bench-report.py" "$log" "$TOP/out/bench" "$host"
+	python3 "$TOP/scripts/bench-report.py" "$log" "$TOP/out/$flavour" "$host"
 fi

@@ -14,6 +14,11 @@ debug) frags=("$TOP/scripts/config/base.config" "$TOP/scripts/config/debug.confi
 upstream) frags=("$TOP/scripts/config/base.config" "$TOP/scripts/config/debug.config"
 	"$TOP/scripts/config/upstream.config") ;;
 bench) frags=("$TOP/scripts/config/base.config" "$TOP/scripts/config/bench.config") ;;
+bench-inline) frags=("$TOP/scripts/config/base.config" "$TOP/scripts/config/bench.config"
+	"$TOP/scripts/config/bench-inline.config")
+	[ "$LLVM_VERSION" = 22 ] || die build "" "the bench-inline kernel needs RDMA_RUST_LLVM=22 (make bench-inline)" ;;
+bench-ulp) frags=("$TOP/scripts/config/base.config" "$TOP/scripts/config/bench.config"
+	"$TOP/scripts/config/bench-ulp.config") ;;
 *) die build "" "unknown flavour '$flavour'" ;;
 esac
 
@@ -24,6 +29,14 @@ esac
 src=${SRC_TREE:-$CACHE/src} build=$CACHE/build-$flavour
 overlay=${OVERLAY:-$TOP}
 log=$CACHE/logs/build-$flavour.log
+# bench-ulp is bench's kernel plus one option: begin with bench's objects if
+# they are there, and Kbuild rebuilds only what the option touches (the
+# Rust crates and ib_core) instead of the whole kernel.
+if [ "$flavour" = bench-ulp ] && [ ! -e "$build" ] && [ -f "$CACHE/build-bench/vmlinux" ]; then
+	rm -rf "$build.tmp"
+	cp -a "$CACHE/build-bench" "$build.tmp"
+	mv "$build.tmp" "$build"
+fi
 "$TOP/scripts/config.sh" "$src" "$build" "${frags[@]}"
 
 K=(make -C "$src" O="$build" LLVM=1 -j"$(nproc)")

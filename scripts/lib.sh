@@ -12,7 +12,11 @@ KVER_SERIES=7.3
 KVER_PIN=7.3.4-1~bpo13+1
 # shellcheck disable=SC2034 # for the scripts that source this file
 BINDGEN_VERSION=0.73.2
-LLVM_BIN=/usr/lib/llvm-19/bin
+# Debian's LLVM 19, as the platform has it; RDMA_RUST_LLVM=22 for make
+# bench-inline only: rustc's own LLVM major, which CONFIG_RUST_INLINE_HELPERS
+# needs in clang too.
+LLVM_VERSION=${RDMA_RUST_LLVM:-19}
+LLVM_BIN=/usr/lib/llvm-$LLVM_VERSION/bin
 
 # vCPUs of every test VM: the host's CPUs, at least two, so that the
 # concurrency tests really run concurrently, and at most eight (TCG, 2 GiB).
@@ -20,7 +24,7 @@ LLVM_BIN=/usr/lib/llvm-19/bin
 GUEST_CPUS=${GUEST_CPUS:-$(n=$(nproc) && echo $((n < 2 ? 2 : n > 8 ? 8 : n)))}
 
 export PATH="$LLVM_BIN:$CACHE/tools/bin:$HOME/.cargo/bin:$PATH"
-export LIBCLANG_PATH=/usr/lib/llvm-19/lib
+export LIBCLANG_PATH=/usr/lib/llvm-$LLVM_VERSION/lib
 
 mkdir -p "$CACHE/logs"
 

@@ -3,7 +3,7 @@
 # Install what the build needs (idempotent; fast when everything is there).
 . "$(dirname "$0")/lib.sh"
 
-PKGS="clang-19 lld-19 llvm-19 libclang-19-dev flex bison bc libelf-dev libssl-dev
+PKGS="clang-$LLVM_VERSION lld-$LLVM_VERSION llvm-$LLVM_VERSION libclang-$LLVM_VERSION-dev flex bison bc libelf-dev libssl-dev
 cpio busybox-static qemu-system-x86 iproute2 kmod rsync dwarves xz-utils python3
 gnuplot-nox python3-docutils shellcheck"
 

@@ -4,6 +4,14 @@
 
 TRACE=/sys/kernel/tracing
 
+# wait_until, bounded and qps_back try POLL_HZ times a second: every 0.1 s,
+# or every 0.01 s in make bench-ulp's runs (BENCH_ROUNDS set, bench_ulp
+# below), whose cycles a tenth of a second per wait would round up (a
+# qps_back then runs `rdma resource show` up to 100 times a second: a load
+# every arm bears alike, and noise).
+POLL=0.1 POLL_HZ=10
+[ -z "${BENCH_ROUNDS:-}" ] || POLL=0.01 POLL_HZ=100
+
 # The KUnit test modules (drivers/infiniband/tests/Makefile), in the order
 # init loads them and rdma_drain_teardown unloads them.
 # rdma_drain_doctests_test is built only with CONFIG_RUST_KERNEL_DOCTESTS.
@@ -197,11 +205,11 @@ bounded() {
 	_bpid=$!
 	_bi=0
 	while kill -0 $_bpid 2>/dev/null; do
-		if [ $_bi -ge $((_bsecs * 10)) ]; then
+		if [ $_bi -ge $((_bsecs * POLL_HZ)) ]; then
 			echo "still running after $_bsecs s: $*"
 			return 1
 		fi
-		sleep 0.1
+		sleep $POLL
 		_bi=$((_bi + 1))
 	done
 	wait $_bpid
@@ -219,9 +227,9 @@ qp_count() {
 # free their transports from work items that may run after the call that
 # ended the session returned (NFS's unmount, RNBD's unmap).
 qps_back() {
-	for _ in $(seq $(($1 * 10))); do
+	for _ in $(seq $(($1 * POLL_HZ))); do
 		[ "$(qp_count)" -le "$2" ] && return 0
-		sleep 0.1
+		sleep $POLL
 	done
 	echo "$(qp_count) QPs after $1 s, $2 before"
 	return 1
@@ -231,9 +239,9 @@ qps_back() {
 wait_until() {
 	t=$1
 	shift
-	for _ in $(seq $((t * 10))); do
+	for _ in $(seq $((t * POLL_HZ))); do
 		"$@" && return 0
-		sleep 0.1
+		sleep $POLL
 	done
 	echo "after $t s still not: $*"
 	return 1
@@ -267,4 +275,135 @@ bench_insmod() {
 	dmesg -c
 	echo "$level" >/proc/sys/kernel/printk
 	return $rc
+}
+
+# make bench-ulp (scripts/guest/init, rust_drain_bench_ulp=ROUNDS): a ULP's
+# teardown or recovery cycle timed over the Rust drain and over the C
+# reference drain, in one boot of the bench kernel, whose ib_core routes
+# the exported ib_drain_*() by its parameter drain_c and counts the time
+# spent in them and the calls (drain_ns, drain_calls: since boot, either
+# drain).
+DRAIN_P=/sys/module/ib_core/parameters
+BENCH_OUT=/tmp/bench-ulp.out
+
+# bench_failed NAME REASON: the console line that says NAME's bench failed.
+bench_failed() {
+	echo "rust-drain: bench-ulp: failed $1 $2"
+}
+
+# bench_last: the last line that the last bench step or cycle printed.
+bench_last() {
+	sed '/^$/d' $BENCH_OUT | tail -n 1
+}
+
+# bench_step NAME WHAT CMD...: runs CMD (a set-up or tear-down step of
+# NAME's bench) in this shell, so that what it sets stays set, its output
+# to a file; if it fails, says so with its last line of output.
+bench_step() {
+	_bs_name=$1 _bs_what=$2
+	shift 2
+	"$@" >$BENCH_OUT 2>&1 && return 0
+	bench_failed "$_bs_name" "$_bs_what: $(bench_last)"
+	return 1
+}
+
+# bench_phase NAME: in a CYCLE of bench_ulp, a marker that ends the
+# cycle's phase NAME (where its time goes: bench-ulp-report.py's second
+# table), with the counters as for start and end; the last phase ends at
+# the end marker.
+bench_phase() {
+	[ -n "$_bu_at" ] || return 0 # the untimed first cycle
+	read -r _bp_ns <$DRAIN_P/drain_ns
+	read -r _bp_calls <$DRAIN_P/drain_calls
+	echo "bench-ulp phase $_bu_at $1 $_bp_ns $_bp_calls" >$TRACE/trace_marker
+}
+
+# bench_ulp NAME ROUNDS K CYCLE: one untimed call of the function CYCLE,
+# then ROUNDS rounds of three arms, each K calls
+# of the function CYCLE (in this shell, its output to a file): rust
+# (drain_c=0), c (drain_c=1) and c2 (C again: how far it is from c is the
+# noise), in round r in the order of the permutation r mod 6, against
+# order effects. An ftrace marker before and after each cycle, its
+# timestamp in seconds and microseconds, says
+#   bench-ulp start|end NAME ARM ROUND POSITION CYCLE DRAIN_NS DRAIN_CALLS
+# (POSITION: the arm's in the round; the counters as read just before);
+# the markers go to the console at the end, each line after
+# "rust-drain: bench-ulp: " (scripts/bench-ulp-report.py). Nothing but
+# the markers is traced, in one clock for every CPU: a cycle may start on
+# one and end on another. A failed CYCLE ends the loop, with the line
+# "rust-drain: bench-ulp: failed NAME ARM round R cycle I: <its last
+# line of output>".
+bench_ulp() {
+	_bu_name=$1 _bu_rounds=$2 _bu_k=$3 _bu_fn=$4
+	if ! [ -w $DRAIN_P/drain_c ] || ! [ -r $DRAIN_P/drain_ns ] || ! [ -r $DRAIN_P/drain_calls ]; then
+		bench_failed "$_bu_name" "no $DRAIN_P/drain_c, drain_ns or drain_calls: not the bench-ulp kernel"
+		return 1
+	fi
+	if ! [ "$_bu_rounds" -ge 1 ] || ! [ "$_bu_k" -ge 1 ]; then
+		bench_failed "$_bu_name" "$_bu_rounds rounds of $_bu_k cycles: nothing to time"
+		return 1
+	fi
+	{ echo 0 >$TRACE/tracing_on && echo 0 >$TRACE/events/enable &&
+		echo nop >$TRACE/current_tracer && echo global >$TRACE/trace_clock &&
+		echo >$TRACE/trace && echo 1 >$TRACE/tracing_on; } 2>/dev/null ||
+		{ bench_failed "$_bu_name" "ftrace at $TRACE could not be set up"; return 1; }
+	# The ULPs' info lines stay off the console while the cycles run
+	# (warnings and worse still show).
+	_bu_level=$(cut -f1 /proc/sys/kernel/printk)
+	echo 5 >/proc/sys/kernel/printk
+	_bu_rc=0 _bu_r=0 _bu_at=""
+	# One cycle untimed first (Rust's arm): what only a first cycle does
+	# (caches, first connections) falls on no arm.
+	if ! "$_bu_fn" >$BENCH_OUT 2>&1; then
+		bench_failed "$_bu_name" "untimed first cycle: $(bench_last)"
+		_bu_rc=1 _bu_rounds=0
+	fi
+	while [ $_bu_r -lt "$_bu_rounds" ]; do
+		case $((_bu_r % 6)) in
+		0) _bu_arms="rust c c2" ;;
+		1) _bu_arms="rust c2 c" ;;
+		2) _bu_arms="c rust c2" ;;
+		3) _bu_arms="c c2 rust" ;;
+		4) _bu_arms="c2 rust c" ;;
+		*) _bu_arms="c2 c rust" ;;
+		esac
+		_bu_pos=0
+		for _bu_arm in $_bu_arms; do
+			_bu_c=1 _bu_yn=Y _bu_v=""
+			[ "$_bu_arm" = rust ] && _bu_c=0 _bu_yn=N
+			echo $_bu_c >$DRAIN_P/drain_c && read -r _bu_v <$DRAIN_P/drain_c
+			if [ "$_bu_v" != $_bu_yn ]; then
+				bench_failed "$_bu_name" "drain_c: wrote $_bu_c, reads '$_bu_v'"
+				_bu_rc=1
+				break 2
+			fi
+			_bu_i=0
+			while [ $_bu_i -lt "$_bu_k" ]; do
+				_bu_at="$_bu_name $_bu_arm $_bu_r $_bu_pos $_bu_i"
+				read -r _bu_ns <$DRAIN_P/drain_ns
+				read -r _bu_calls <$DRAIN_P/drain_calls
+				echo "bench-ulp start $_bu_at $_bu_ns $_bu_calls" >$TRACE/trace_marker
+				if ! "$_bu_fn" >$BENCH_OUT 2>&1; then
+					bench_failed "$_bu_name" "$_bu_arm round $_bu_r cycle $_bu_i: $(bench_last)"
+					_bu_rc=1
+					break 3
+				fi
+				read -r _bu_ns <$DRAIN_P/drain_ns
+				read -r _bu_calls <$DRAIN_P/drain_calls
+				echo "bench-ulp end $_bu_at $_bu_ns $_bu_calls" >$TRACE/trace_marker
+				_bu_i=$((_bu_i + 1))
+			done
+			_bu_pos=$((_bu_pos + 1))
+		done
+		_bu_r=$((_bu_r + 1))
+	done
+	echo 0 >$DRAIN_P/drain_c
+	_bu_at=""
+	# The kernel's console output first, so that it cuts into none of
+	# these lines.
+	sleep 1
+	grep 'tracing_mark_write: bench-ulp ' $TRACE/trace | sed 's/^/rust-drain: bench-ulp: /'
+	echo >$TRACE/trace
+	echo "$_bu_level" >/proc/sys/kernel/printk
+	return $_bu_rc
 }

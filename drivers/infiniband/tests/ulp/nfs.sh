@@ -10,6 +10,7 @@
 # Usage: nfs.sh CYCLES [siw]. Prints three KTAP suites: nfs_rdma_rxe,
 # nfs_rdma_server_restart, nfs_rdma_rxe_removal; with siw, the cycles alone
 # over siw0 (iWARP, through the iw_cm): nfs_rdma_siw.
+# BENCH_ROUNDS=R nfs.sh K: make bench-ulp's cycles instead (below).
 
 CYCLES=${1:-20}
 PROVIDER=${2:-rxe}
@@ -125,6 +126,22 @@ cycles() {
 	done
 }
 
+# make bench-ulp (BENCH_ROUNDS set: scripts/guest/init): the server started
+# once (setup), then BENCH_ROUNDS rounds of CYCLES cycles per arm
+# (bench_ulp, rdma.sh), then cleanup; no suite. A cycle mounts and
+# unmounts (no I/O; the unmount closes the connection: the client drains
+# its queues, the server its QP from a work item) and ends when both
+# sides' QPs are freed.
+bench_cycle() {
+	nfs_mount && bench_phase mount && nfs_umount && bench_phase umount && qps_back 30 "$QP0"
+}
+if [ -n "${BENCH_ROUNDS:-}" ]; then
+	QP0=$(qp_count)
+	bench_step nfs setup setup && bench_ulp nfs "$BENCH_ROUNDS" "$CYCLES" bench_cycle
+	rc=$?
+	bench_step nfs cleanup cleanup || rc=1
+	exit $rc
+fi
 
 QP0=$(qp_count)
 REFUSALS0=$(refusals)

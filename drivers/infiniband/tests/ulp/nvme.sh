@@ -10,6 +10,7 @@
 # Prints two KTAP suites, nvme_rdma_rxe and rxe_removal_race.
 # With siw as third argument: the cycles alone, over siw0 (iWARP, connected
 # through the iw_cm), on a port of their own: nvme_rdma_siw.
+# BENCH_ROUNDS=R nvme.sh K: make bench-ulp's cycles instead (below).
 
 CYCLES=${1:-100}
 RACES=${2:-6}
@@ -26,10 +27,12 @@ if [ "$PROVIDER" = siw ]; then
 fi
 NQN=nqn.2026-11.rust-drain:test
 CFG=/sys/kernel/config/nvmet
+# More options of a connect (",nr_poll_queues=2": make bench-ulp).
+CONNECT_OPTS=""
 
 . /ktap.sh
 . /rdma.sh
-ktap_begin "nvme_rdma_$PROVIDER"
+[ -n "${BENCH_ROUNDS:-}" ] || ktap_begin "nvme_rdma_$PROVIDER"
 
 setup_target() {
 	modprobe null_blk nr_devices=1 gb=1 memory_backed=1 &&
@@ -54,14 +57,15 @@ setup_target() {
 
 # Connects a controller; sets $dev (its namespace) and $ctrl (sysfs).
 connect() {
-	echo "transport=rdma,traddr=$ADDR,trsvcid=4420,nqn=$NQN,reconnect_delay=1" >/dev/nvme-fabrics ||
+	bounded 60 sh -c "echo transport=rdma,traddr=$ADDR,trsvcid=4420,nqn=$NQN,reconnect_delay=1$CONNECT_OPTS \
+		>/dev/nvme-fabrics" ||
 		{ echo "connect failed"; return 1; }
 	dev=""
-	for _ in $(seq 50); do
+	for _ in $(seq $((5 * POLL_HZ))); do
 		# shellcheck disable=SC2012 # device names: no blanks
 		dev=$(ls /dev/nvme*n1 2>/dev/null | head -n 1)
 		[ -n "$dev" ] && break
-		sleep 0.1
+		sleep $POLL
 	done
 	# shellcheck disable=SC2012 # sysfs names: no blanks
 	ctrl=$(ls -d /sys/class/nvme/nvme* 2>/dev/null | head -n 1)
@@ -97,6 +101,68 @@ cycles() {
 		i=$((i + 1))
 	done
 }
+
+# make bench-ulp (BENCH_ROUNDS set: scripts/guest/init): after the target's
+# setup, BENCH_ROUNDS rounds of CYCLES cycles per arm (bench_ulp, rdma.sh)
+# of each variant, no suite. nvme-reset: a connected controller's
+# reset_controller (both sides' queues drain, the host connects new ones;
+# the write returns when it did); nvme-delete: its delete_controller,
+# then a connect again; no I/O. nvme-reset-poll, nvme-delete-poll: the
+# same with two poll queues more (CQs the host polls directly,
+# IB_POLL_DIRECT). A cycle ends when the target's old queues are gone
+# too (nvmet-rdma frees them, drains first, from a work item). The
+# target stays, as after the suites.
+ctrl_live() {
+	read -r _cl_st <"$ctrl/state" && [ "$_cl_st" = live ]
+}
+ctrl_gone() {
+	! [ -e "$ctrl" ]
+}
+delete_ctrl() {
+	bounded 60 sh -c "echo 1 >$ctrl/delete_controller" && wait_until 10 ctrl_gone && return 0
+	echo "controller $ctrl not deleted"
+	return 1
+}
+bench_reset() {
+	bounded 60 sh -c "echo 1 >$ctrl/reset_controller" || { echo "reset_controller failed"; return 1; }
+	bench_phase reset
+	wait_until 10 ctrl_live && bench_phase live && qps_back 30 "$QPC"
+}
+bench_delete() {
+	delete_ctrl && bench_phase delete && connect && bench_phase connect && qps_back 30 "$QPC"
+}
+# The controller connected last maps at least one poll queue (its line
+# "mapped D/R/P default/read/poll queues.").
+poll_queues_mapped() {
+	_pq=$(dmesg | sed -n 's|.*mapped [0-9]*/[0-9]*/\([0-9]*\) default/read/poll queues.*|\1|p' | tail -n 1)
+	echo "$ctrl: ${_pq:-no} poll queues mapped"
+	[ "${_pq:-0}" -ge 1 ]
+}
+# bench_variant NAME CYCLE OPTIONS: the variant NAME, the function CYCLE
+# on a controller connected with CONNECT_OPTS=OPTIONS; it is deleted
+# after.
+bench_variant() {
+	CONNECT_OPTS=$3
+	bench_step "$1" connect connect || return 1
+	if [ -n "$3" ] && ! bench_step "$1" "poll queues" poll_queues_mapped; then
+		delete_ctrl
+		return 1
+	fi
+	QPC=$(qp_count)
+	bench_ulp "$1" "$BENCH_ROUNDS" "$CYCLES" "$2"
+	_bv_rc=$?
+	bench_step "$1" delete delete_ctrl && bench_step "$1" "queues freed" qps_back 30 "$QP0" || _bv_rc=1
+	return $_bv_rc
+}
+if [ -n "${BENCH_ROUNDS:-}" ]; then
+	QP0=$(qp_count)
+	bench_step nvme setup setup_target &&
+		bench_variant nvme-reset bench_reset "" &&
+		bench_variant nvme-delete bench_delete "" &&
+		bench_variant nvme-reset-poll bench_reset ",nr_poll_queues=2" &&
+		bench_variant nvme-delete-poll bench_delete ",nr_poll_queues=2"
+	exit $?
+fi
 
 check nvmet_rdma_target_setup setup_target
 check drain_tracepoint_enabled trace_on

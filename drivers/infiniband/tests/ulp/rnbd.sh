@@ -8,11 +8,14 @@
 # stop_cm()); the server's close work, queued on the DISCONNECTED event,
 # does the same (rtrs_srv_close_work()).
 # Usage: rnbd.sh CYCLES. Prints the KTAP suite rnbd_rxe.
+# BENCH_ROUNDS=R rnbd.sh K: make bench-ulp's cycles instead (below).
 
 CYCLES=${1:-20}
 ADDR=169.254.1.1
 CFS=/sys/kernel/config
 SESS=rust-drain
+# More options of map_device (" nr_poll_queues=2": make bench-ulp).
+MAP_OPTS=""
 
 . /ktap.sh
 . /rdma.sh
@@ -39,7 +42,7 @@ teardown() {
 
 # Maps the disk; sets $dev (rnbdN).
 map() {
-	bounded 60 sh -c "echo sessname=$SESS path=ip:$ADDR device_path=/dev/nullb2 \
+	bounded 60 sh -c "echo sessname=$SESS path=ip:$ADDR device_path=/dev/nullb2$MAP_OPTS \
 		>/sys/class/rnbd-client/ctl/map_device" || { echo "map_device refused"; return 1; }
 	dev=$(basename "$(readlink "/sys/class/rnbd-client/ctl/devices/!dev!nullb2@$SESS")")
 	wait_until 10 test -b "/dev/$dev"
@@ -59,7 +62,9 @@ closed() {
 
 # Unmaps it: the session closes with it.
 unmap() {
-	echo normal >"/sys/block/$dev/rnbd/unmap_device" || { echo "unmap_device refused"; return 1; }
+	bounded 60 sh -c "echo normal >/sys/block/$dev/rnbd/unmap_device" ||
+		{ echo "unmap_device refused"; return 1; }
+	bench_phase unmap
 	closed
 }
 
@@ -84,6 +89,40 @@ cycles() {
 	done
 }
 
+# make bench-ulp (BENCH_ROUNDS set: scripts/guest/init): between setup and
+# teardown, BENCH_ROUNDS rounds of CYCLES cycles per arm (bench_ulp,
+# rdma.sh), no suite. A cycle maps and unmaps (no I/O), until the session
+# is closed on both sides (both drain every connection). Two variants:
+# rnbd, and rnbd-poll with two poll queues more (connections whose CQs
+# the client polls directly, IB_POLL_DIRECT).
+bench_cycle() {
+	map && bench_phase map && unmap
+}
+# The session of the map made now has $1 poll queues.
+poll_queues_are() {
+	read -r _pq_n <"/sys/block/$dev/rnbd/nr_poll_queues"
+	echo "$dev: $_pq_n poll queues, want $1"
+	[ "$_pq_n" = "$1" ]
+}
+# bench_variant NAME OPTIONS: the variant NAME, map_device given OPTIONS,
+# checked by one map first.
+bench_variant() {
+	MAP_OPTS=$2
+	bench_step "$1" "first map" map || return 1
+	if [ -n "$2" ]; then
+		bench_step "$1" "poll queues" poll_queues_are 2 || { unmap; return 1; }
+	fi
+	bench_step "$1" "first unmap" unmap &&
+		bench_ulp "$1" "$BENCH_ROUNDS" "$CYCLES" bench_cycle
+}
+if [ -n "${BENCH_ROUNDS:-}" ]; then
+	QP0=$(qp_count)
+	bench_step rnbd setup setup && bench_variant rnbd "" &&
+		bench_variant rnbd-poll " nr_poll_queues=2"
+	rc=$?
+	bench_step rnbd teardown teardown || rc=1
+	exit $rc
+fi
 
 QP0=$(qp_count)
 REFUSALS0=$(refusals)

@@ -9,6 +9,7 @@
 # real ULP. ib_srpt itself never calls ib_drain_*(): it moves its QPs to
 # ERR and waits for the flush in its own code.
 # Usage: srp.sh CYCLES. Prints the KTAP suite srp_rxe.
+# BENCH_ROUNDS=R srp.sh K: make bench-ulp's cycles instead (below).
 
 CYCLES=${1:-20}
 ADDR=169.254.1.1
@@ -66,11 +67,11 @@ login() {
 	host=${rport##*/port-}
 	host=${host%%:*}
 	dev=""
-	for _ in $(seq 100); do
+	for _ in $(seq $((10 * POLL_HZ))); do
 		# shellcheck disable=SC2012 # sysfs names: no blanks
 		dev=$(ls /sys/class/scsi_host/host"$host"/device/target*/*/block 2>/dev/null | head -n 1)
 		[ -n "$dev" ] && [ -b "/dev/$dev" ] && return 0
-		sleep 0.1
+		sleep $POLL
 	done
 	echo "no disk on SCSI host $host within 10 s"
 	return 1
@@ -102,6 +103,21 @@ cycles() {
 	done
 }
 
+# make bench-ulp (BENCH_ROUNDS set: scripts/guest/init): between setup and
+# teardown, BENCH_ROUNDS rounds of CYCLES cycles per arm (bench_ulp,
+# rdma.sh), no suite. A cycle logs in and out (no I/O; the logout drains
+# the initiator's channels) and ends when the target's channels are gone
+# too (ib_srpt frees them from a work item).
+bench_cycle() {
+	login && bench_phase login && logout && bench_phase logout && qps_back 30 "$QP0"
+}
+if [ -n "${BENCH_ROUNDS:-}" ]; then
+	QP0=$(qp_count)
+	bench_step srp setup setup && bench_ulp srp "$BENCH_ROUNDS" "$CYCLES" bench_cycle
+	rc=$?
+	bench_step srp teardown teardown || rc=1
+	exit $rc
+fi
 
 REFUSALS0=$(refusals)
 ktap_begin srp_rxe
