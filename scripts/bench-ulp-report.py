@@ -20,8 +20,9 @@ cycle and of the drains in it, the median number of drains; Rust/C and
 C2/C, the ratios of the arms' medians, each with a 95% percentile
 bootstrap interval (whole rounds resampled, seeded: the same log gives the
 same table), and in how many rounds Rust's median is above C's; and the share of the cycles' time spent in drains
-(sum over sum). Fails, with a message, if the run did not end
-('rust-drain: bench-ulp: end,ok') or a variant has no cycle in an arm.
+(sum over sum). A run that did not end ('rust-drain: bench-ulp: end,ok')
+or a variant without cycles in an arm still gets the table of the complete
+variants, with the problems under it and on stderr, and exits 1.
 Timings never fail a test: this only reports.
 """
 
@@ -220,21 +221,32 @@ def variants(run: Run) -> list[str]:
     return list(dict.fromkeys(c.variant for c in run.cycles))
 
 
-def check(run: Run) -> None:
-    """Raises ReportError unless the run ended and every variant has
-    cycles in every arm."""
+def check(run: Run) -> list[str]:
+    """What makes the run incomplete (it did not end, or a variant lacks
+    an arm: that variant is left out of the tables); raises ReportError if
+    there is nothing to report."""
+    problems = []
     if not run.ok:
         why = "; ".join(run.failed) if run.failed else "no 'failed' line either: the guest stopped"
-        raise ReportError(f"the run did not end ('{END_OK}' missing): {why}")
+        problems.append(f"the run did not end ('{END_OK}' missing): {why}")
     if not run.cycles:
-        raise ReportError("no cycle in the log")
+        raise ReportError("; ".join(problems + ["no cycle in the log"]))
     for v in variants(run):
         for arm in ARMS:
             if not any(c.variant == v and c.arm == arm for c in run.cycles):
-                raise ReportError(f"variant {v} has no cycle in arm {arm}")
+                problems.append(f"variant {v} has no cycle in arm {arm}: left out")
+                break
+    if not complete(run):
+        raise ReportError("; ".join(problems + ["no variant has cycles in every arm"]))
+    return problems
 
 
-def table(run: Run, host: str) -> str:
+def complete(run: Run) -> list[str]:
+    """The variants with cycles in every arm, in the order they ran."""
+    return [v for v in variants(run) if all(any(c.variant == v and c.arm == a for c in run.cycles) for a in ARMS)]
+
+
+def table(run: Run, host: str, problems: Sequence[str] = ()) -> str:
     """table.md: a header, a row per variant, the notes."""
     rounds = run.params.get("rounds") or str(1 + max(c.round for c in run.cycles))
     per_arm = run.params.get("cycles") or str(1 + max(c.cycle for c in run.cycles))
@@ -253,7 +265,7 @@ def table(run: Run, host: str) -> str:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     rows = []
-    for v in variants(run):
+    for v in complete(run):
         by = {arm: [c for c in run.cycles if c.variant == v and c.arm == arm] for arm in ARMS}
         wall = {arm: [float(c.wall_ns) for c in cs] for arm, cs in by.items()}
         drain = {arm: [float(c.drain_ns) for c in cs] for arm, cs in by.items()}
@@ -285,6 +297,8 @@ def table(run: Run, host: str) -> str:
     ]
     if run.lost:
         notes.append(f"Markers without their pair (lines lost from the console, cycles not counted): {run.lost}.")
+    if problems:
+        notes.append("Incomplete run: " + "; ".join(problems) + ".")
     return "\n".join(head + rows + notes + phase_table(run)) + "\n"
 
 
@@ -296,7 +310,7 @@ def phase_table(run: Run) -> list[str]:
            f"(the last, '{LAST_PHASE}', to the cycle's end), median ms of the phase and, in brackets, "
            "of the drains in it; only cycles whose markers all reached the console.", "",
            "| variant | phase | rust: ms [drains ms] | c: ms [drains ms] | Rust/C |", "|---|---|---:|---:|---:|"]
-    for v in variants(run):
+    for v in complete(run):
         names: tuple[str, ...] = ()
         for c in run.cycles:
             if c.variant == v and len(c.phases) > len(names):
@@ -340,16 +354,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         with open(log, errors="replace") as f:
             run = parse(f)
-        check(run)
+        problems = check(run)
     except ReportError as e:
         sys.exit(f"bench-ulp-report: {log}: {e}")
     os.makedirs(out, exist_ok=True)
     write_samples(run, f"{out}/samples.csv")
-    text = table(run, host)
+    text = table(run, host, problems)
     with open(f"{out}/table.md", "w") as f:
         f.write(text)
     print(text, end="")
     print(f"bench-ulp: {len(run.cycles)} cycles; {out}/samples.csv, {out}/table.md")
+    if problems:
+        sys.exit(f"bench-ulp-report: {log}: incomplete run: " + "; ".join(problems))
 
 
 if __name__ == "__main__":
