@@ -307,15 +307,20 @@ bench_step() {
 	return 1
 }
 
+# bench_mark WORD...: the ftrace marker "bench-ulp WORD... DRAIN_NS
+# DRAIN_CALLS", the counters as read now.
+bench_mark() {
+	read -r _bm_ns <$DRAIN_P/drain_ns
+	read -r _bm_calls <$DRAIN_P/drain_calls
+	echo "bench-ulp $* $_bm_ns $_bm_calls" >$TRACE/trace_marker
+}
+
 # bench_phase NAME: in a CYCLE of bench_ulp, a marker that ends the
 # cycle's phase NAME (where its time goes: bench-ulp-report.py's second
-# table), with the counters as for start and end; the last phase ends at
-# the end marker.
+# table); the last phase ends at the end marker.
 bench_phase() {
 	[ -n "$_bu_at" ] || return 0 # the untimed first cycle
-	read -r _bp_ns <$DRAIN_P/drain_ns
-	read -r _bp_calls <$DRAIN_P/drain_calls
-	echo "bench-ulp phase $_bu_at $1 $_bp_ns $_bp_calls" >$TRACE/trace_marker
+	bench_mark phase "$_bu_at" "$1"
 }
 
 # bench_ulp NAME ROUNDS K CYCLE: one untimed call of the function CYCLE,
@@ -380,17 +385,13 @@ bench_ulp() {
 			_bu_i=0
 			while [ $_bu_i -lt "$_bu_k" ]; do
 				_bu_at="$_bu_name $_bu_arm $_bu_r $_bu_pos $_bu_i"
-				read -r _bu_ns <$DRAIN_P/drain_ns
-				read -r _bu_calls <$DRAIN_P/drain_calls
-				echo "bench-ulp start $_bu_at $_bu_ns $_bu_calls" >$TRACE/trace_marker
+				bench_mark start "$_bu_at"
 				if ! "$_bu_fn" >$BENCH_OUT 2>&1; then
 					bench_failed "$_bu_name" "$_bu_arm round $_bu_r cycle $_bu_i: $(bench_last)"
 					_bu_rc=1
 					break 3
 				fi
-				read -r _bu_ns <$DRAIN_P/drain_ns
-				read -r _bu_calls <$DRAIN_P/drain_calls
-				echo "bench-ulp end $_bu_at $_bu_ns $_bu_calls" >$TRACE/trace_marker
+				bench_mark end "$_bu_at"
 				_bu_i=$((_bu_i + 1))
 			done
 			_bu_pos=$((_bu_pos + 1))
