@@ -9,8 +9,10 @@
 #                (FLAVOUR=debug, ROUNDS=N)
 #   make repro-upstream  the nvme-rdma races of patches/reports/ on the
 #                7.3 tree without our patches (RACES=N, FORMS=io,idle,reset,delete)
-#   make bench   Rust vs C drain latency on rxe (out/bench/: CSV, table, plot)
+#   make bench   Rust vs C drain latency on rxe (out/bench/: CSV, table, plot;
+#                SAMPLES=24 for a quick run)
 #   make bench-profile  the direct-CQ drain step by step under ftrace
+#   make bench-steps  Rust's and C's softirq drain step by step under ftrace
 #   make bench-ulp  in-tree ULPs' teardown cycles over the Rust and the C drain
 #   make bench-inline  make bench, built with LLVM 22 and CONFIG_RUST_INLINE_HELPERS
 #   make kunit   the unit suites through the tree's own kunit.py
@@ -27,7 +29,7 @@ SHELL := /bin/bash
 CACHE ?= $(or $(RDMA_RUST_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/rdma-rust-drain)
 export RDMA_RUST_CACHE := $(CACHE)
 
-.PHONY: all demo test test-debug test-2host repro-upstream build bench bench-profile bench-ulp bench-inline kunit patches patches-check mutants lint clean
+.PHONY: all demo test test-debug test-2host repro-upstream build bench bench-profile bench-steps bench-ulp bench-inline kunit patches patches-check mutants lint clean
 
 all: demo
 
@@ -82,6 +84,9 @@ bench:
 
 bench-profile:
 	@PROFILE=1 scripts/bench.sh
+
+bench-steps:
+	@PROFILE=steps scripts/bench.sh
 
 bench-ulp:
 	@scripts/bench-ulp.sh

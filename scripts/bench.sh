@@ -5,9 +5,17 @@
 # out/bench/{samples.csv,table.md,latency.png}. Timings never fail a test.
 # PROFILE=1 (make bench-profile): the direct-CQ drain alone, untraced and
 # then under ftrace (scripts/guest/profile.sh), into out/bench/profile.md.
+# PROFILE=steps (make bench-steps): Rust's and C's drains of one cell
+# (BENCH_PARAMS, default softirq N=0) step by step under ftrace, into
+# out/bench/steps.md (scripts/bench-steps.py).
 # BENCH_PARAMS="contexts=1 depths=7": more rdma_drain_bench parameters
-# (make bench only: the profile sets its own).
+# (make bench and make bench-steps; make bench-profile sets its own).
 . "$(dirname "$0")/lib.sh"
+
+case ${PROFILE:-0} in
+0 | 1 | steps) ;;
+*) die bench "" "PROFILE=${PROFILE}: 1 (make bench-profile) or steps (make bench-steps)" ;;
+esac
 
 # BENCH_FLAVOUR=bench-inline (make bench-inline): the same on a kernel built with
 # LLVM 22 and CONFIG_RUST_INLINE_HELPERS, into out/bench-inline/.
@@ -17,6 +25,10 @@ flavour=${BENCH_FLAVOUR:-bench}
 if [ "${PROFILE:-0}" = 1 ]; then
 	samples=${1:-${SAMPLES:-100}} log=$CACHE/logs/console-bench-profile.log
 	args="rust_drain_bench=$samples rust_drain_profile"
+elif [ "${PROFILE:-0}" = steps ]; then
+	samples=${1:-${SAMPLES:-600}} log=$CACHE/logs/console-bench-steps.log
+	args="rust_drain_bench=$samples rust_drain_profile=steps"
+	BENCH_PARAMS=${BENCH_PARAMS:-contexts=2 depths=1}
 else
 	samples=${1:-${SAMPLES:-420}} log=$CACHE/logs/console-$flavour.log
 	args="rust_drain_bench=$samples"
@@ -39,10 +51,14 @@ vcpus_up "$log" || die bench "$log" "the guest did not bring up all its vCPUs"
 grep -q 'rdma_drain_bench: end,ok' "$log" ||
 	die bench "$log" "the benchmark did not finish"
 host="Host: $(sed 's/^pin: //' "$log.pin" | paste -sd ';' | sed 's/;/; /g')."
-if [ "${PROFILE:-0}" = 1 ]; then
+if [ "${PROFILE:-0}" != 0 ]; then
 	grep -q 'rust-drain: profile: trace end' "$log" ||
 		die bench "$log" "the profile's trace did not reach the console"
+fi
+if [ "${PROFILE:-0}" = 1 ]; then
 	python3 "$TOP/scripts/bench-profile.py" "$log" "$TOP/out/bench" "$host"
+elif [ "${PROFILE:-0}" = steps ]; then
+	python3 "$TOP/scripts/bench-steps.py" "$log" "$TOP/out/bench" "$host"
 else
 	python3 "$TOP/scripts/bench-report.py" "$log" "$TOP/out/$flavour" "$host"
 fi
