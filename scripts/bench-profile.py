@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Usage: scripts/bench-profile.py CONSOLE-LOG OUTDIR [HOST-LINE]
+"""Usage: scripts/bench-profile.py [--steps] CONSOLE-LOG OUTDIR [HOST-LINE]
 
 Turn the ftrace of `make bench-profile` into OUTDIR/profile.md, headed by
 HOST-LINE (scripts/bench.sh: where the vCPU threads ran). The guest
@@ -31,6 +31,32 @@ another CPU during a stalled one. Beside them the medians of the untraced
 run (same boot, before the probes were set). Last, for each arm, whether
 the worker run that posted its last completion started on the CPU the arm
 entered on or on another, and how long after the modify in each case.
+
+With --steps (make bench-steps): OUTDIR/steps.md instead. The guest ran
+one cell, which must be a non-direct one at N=0 (softirq by default),
+where the marker is the only completion and the drain sleeps, with the
+trace on the TSC clock. For each traced drain, Rust (ib_drain_rq) and C
+(ib_drain_rq_c, both C arms), warm-up included, the time between
+consecutive steps, as medians:
+
+  entry        the drain entered
+  rmodify      rxe_modify_qp() entered, and its return (rmodify_ret)
+  post         the marker's rxe_post_recv() entered, and its return
+  wait         wait_for_completion_timeout() (Rust) or
+               wait_for_completion() (C) entered
+  cqpost       rxe_cq_post() of the marker's completion, on any CPU (the
+               first after the post: it may come before the wait)
+  cq_poll      the core's poll that reaped it (rdma_core:cq_poll)
+  wakeup       sched_wakeup of a task named insmod (the drain's)
+  switch_in    insmod on a CPU again (sched_switch)
+  wait_ret     the wait returned
+  ret          the drain returned
+
+The drain's own task runs entry to rmodify, rmodify_ret to post, post_ret
+to wait (the drains' code and calls), switch_in to wait_ret (the
+scheduler, and Rust's timed wait cancelling its timer) and wait_ret to
+ret; the other steps cross CPUs and are noisier.
+
 Timings never fail anything.
 """
 
@@ -48,6 +74,7 @@ from typing import Any
 EV = re.compile(r"^\s*(.+?)-(\d+)\s+\[(\d+)\]\s+\S+\s+([\d.]+):\s+(\w+):(.*)$")
 ENTRIES = re.compile(r"entries-in-buffer/entries-written: (\d+)/(\d+)")
 SAMPLE = re.compile(r"rdma_drain_bench: sample,(\w+),(\d+),(\w+),(\d+),(\d+)")
+KHZ = re.compile(r"tsc_early_khz=(\d+)")
 STEPS = ["to modify", "modify", "to post", "post", "to worker", "flush", "to reap", "return"]
 STALLED_MODIFY, STALLED_POST = 500, 200
 ARMS = ["rust", "floor", "c"]
@@ -68,16 +95,23 @@ def fmt(x: float) -> str:
     return "—" if x != x else f"{x:.0f}"
 
 
-def read(log: str) -> tuple[list[Event], Samples]:
+def read(log: str) -> tuple[list[Event], Samples, set[tuple[str, int]]]:
+    """The traced events (times in us: the trace clock's seconds, or TSC
+    ticks at the command line's tsc_early_khz), the samples, and the cells
+    (context, depth) they come from."""
     events: list[Event] = []
+    cells: set[tuple[str, int]] = set()
+    khz = 0
     samples: Samples = {"untraced": collections.defaultdict(list), "traced": collections.defaultdict(list)}
     run: str | None = None
     inside, lost, probes = False, 0, False
     kept: tuple[int, int] | None = None
     misses: list[str] = []
-    seen: set[tuple[str, str, str, str]] = set()
+    seen: set[tuple[str, str, str, str, str]] = set()
     with open(log, errors="replace") as f:
         for line in f:
+            if not khz and (k := KHZ.search(line)):
+                khz = int(k.group(1))
             if "rust-drain: profile: kprobe_profile begin" in line:
                 probes = True
                 continue
@@ -104,17 +138,25 @@ def read(log: str) -> tuple[list[Event], Samples]:
                 continue
             m = SAMPLE.search(line)
             if m and run and not inside:
-                key = (run, m.group(2), m.group(3), m.group(4))
+                key = (run, m.group(1), m.group(2), m.group(3), m.group(4))
                 if key in seen:
                     sys.exit(f"bench-profile: sample {key} twice in {log}")
                 seen.add(key)
+                cells.add((m.group(1), int(m.group(2))))
                 samples[run][(int(m.group(2)), m.group(3))].append(int(m.group(5)))
             if inside:
                 if "LOST" in line:
                     lost += 1
                 m = EV.match(line)
                 if m:
-                    events.append((float(m.group(4)) * 1e6, int(m.group(2)), int(m.group(3)), m.group(5), m.group(6)))
+                    ts = m.group(4)
+                    if "." in ts:
+                        t = float(ts) * 1e6
+                    elif khz:
+                        t = int(ts) * 1000 / khz
+                    else:
+                        sys.exit("bench-profile: TSC timestamps, and no tsc_early_khz= on the command line")
+                    events.append((t, int(m.group(2)), int(m.group(3)), m.group(5), m.group(6)))
     if not events:
         sys.exit("bench-profile: no trace in " + log)
     if lost or (kept and kept[0] != kept[1]):
@@ -123,7 +165,7 @@ def read(log: str) -> tuple[list[Event], Samples]:
     if misses:
         sys.exit("bench-profile: probes missed hits (" + ", ".join(misses) + "): a bigger maxactive")
     events.sort()
-    return events, samples
+    return events, samples, cells
 
 
 def worker_runs(events: Iterable[Event]) -> list[Run]:
@@ -177,10 +219,83 @@ def worker_elsewhere(a: float, b: float, cpu: int, runs: Iterable[Run]) -> bool:
     return any(c != cpu and s < b and e > a for s, e, c, _ in runs)
 
 
+def steps(events: list[Event]) -> dict[str, dict[str, list[float]]]:
+    """For --steps: per arm, per step ("a -> b"), each drain's time (us)."""
+    out: dict[str, dict[str, list[float]]] = {"rust": collections.defaultdict(list),
+                                              "c": collections.defaultdict(list)}
+    entries = {"drain": ("rust", "drain_ret"), "cdrain": ("c", "cdrain_ret")}
+    for i, (t0, pid, _, name, _) in enumerate(events):
+        if name not in entries:
+            continue
+        arm, ret = entries[name]
+        j = next((k for k in range(i + 1, len(events)) if events[k][3] == ret and events[k][1] == pid), None)
+        if j is None:
+            continue
+        win = events[i:j + 1]
+
+        def first(names: tuple[str, ...], after: float, own: bool = False) -> Event | None:
+            return next((e for e in win if e[0] >= after and e[3] in names and (not own or e[1] == pid)), None)
+
+        marks: list[tuple[str, Event | None]] = [("entry", win[0])]
+        last = posted = t0
+        for step, names, own in [("rmodify", ("rmodify",), True), ("rmodify_ret", ("rmodify_ret",), True),
+                                 ("post", ("post",), True), ("post_ret", ("post_ret",), True),
+                                 ("wait", ("twait", "wait"), True),
+                                 # The marker's flush may land before the task waits.
+                                 ("cqpost", ("cqpost",), False), ("cq_poll", ("cq_poll",), False),
+                                 ("wakeup", ("sched_wakeup",), False), ("switch_in", ("sched_switch",), False),
+                                 ("wait_ret", ("twait_ret", "wait_ret"), True)]:
+            e = first(names, posted if step == "cqpost" else last, own)
+            marks.append((step, e))
+            if e:
+                last = e[0]
+                posted = last if step == "post" else posted
+        marks.append(("ret", win[-1]))
+        for (a, ea), (b, eb) in zip(marks, marks[1:]):
+            if ea and eb:
+                out[arm][f"{a} -> {b}"].append(eb[0] - ea[0])
+        out[arm]["total"].append(win[-1][0] - t0)
+    return out
+
+
+def steps_report(log: str, out: str, host: str) -> None:
+    """--steps: OUTDIR/steps.md."""
+    events, samples, cells = read(log)
+    if len(cells) != 1 or next(iter(cells))[0] == "Direct" or next(iter(cells))[1] != 0:
+        sys.exit(f"bench-profile: --steps wants one non-direct cell at N=0, got {sorted(cells)}")
+    res = steps(events)
+    if not res["rust"]["total"] or not res["c"]["total"]:
+        sys.exit("bench-profile: no traced Rust or C drain in " + log)
+
+    def med(xs: Sequence[float]) -> str:
+        return f"{statistics.median(xs):.2f}" if xs else "—"
+
+    ctx, n = next(iter(cells))
+    lines = [f"# ib_drain_rq step by step: Rust vs C, {ctx} N={n}", "", host, "",
+             "| run | rust | c | c2 | floor |", "|---|---:|---:|---:|---:|"]
+    for run in ("untraced", "traced"):
+        lines.append(f"| {run} median (us) | "
+                     + " | ".join(med([x / 1000 for x in samples[run][(n, a)]]) for a in ("rust", "c", "c2", "floor"))
+                     + " |")
+    lines += ["", "| step | Rust median (us) | C median (us) | Rust − C | drains Rust / C |",
+              "|---|---:|---:|---:|---|"]
+    for k, r in res["rust"].items():
+        c = res["c"].get(k, [])
+        diff = f"{statistics.median(r) - statistics.median(c):+.2f}" if r and c else "—"
+        lines.append(f"| {k} | {med(r)} | {med(c)} | {diff} | {len(r)} / {len(c)} |")
+    text = "\n".join(lines) + "\n"
+    os.makedirs(out, exist_ok=True)
+    with open(f"{out}/steps.md", "w", encoding="utf-8") as f:
+        f.write(text)
+    print(text, end="")
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=(__doc__ or "").partition("\n\n")[2],
         formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", action="store_true",
+                        help="write steps.md: Rust's and C's drains of one cell (make bench-steps)")
     parser.add_argument("log", metavar="CONSOLE-LOG", help="the console log of `make bench-profile`'s guest")
     parser.add_argument("out", metavar="OUTDIR", help="where to write profile.md")
     parser.add_argument("host", metavar="HOST-LINE", nargs="?", default="Host: vCPU placement not given.",
@@ -194,7 +309,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     out: str = args.out
     host: str = args.host
     os.makedirs(out, exist_ok=True)
-    events, samples = read(log)
+    if args.steps:
+        steps_report(log, out, host)
+        return
+    events, samples, _ = read(log)
     bench = next((pid for _, pid, _, name, _ in events if name == "drain"), None)
     runs = worker_runs(events)
     found = arms(events, bench)

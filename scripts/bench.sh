@@ -7,7 +7,7 @@
 # then under ftrace (scripts/guest/profile.sh), into out/bench/profile.md.
 # PROFILE=steps (make bench-steps): Rust's and C's drains of one cell
 # (BENCH_PARAMS, default softirq N=0) step by step under ftrace, into
-# out/bench/steps.md (scripts/bench-steps.py).
+# out/bench/steps.md (scripts/bench-profile.py --steps).
 # BENCH_PARAMS="contexts=1 depths=7": more rdma_drain_bench parameters
 # (make bench and make bench-steps; make bench-profile sets its own).
 . "$(dirname "$0")/lib.sh"
@@ -58,7 +58,7 @@ fi
 if [ "${PROFILE:-0}" = 1 ]; then
 	python3 "$TOP/scripts/bench-profile.py" "$log" "$TOP/out/bench" "$host"
 elif [ "${PROFILE:-0}" = steps ]; then
-	python3 "$TOP/scripts/bench-steps.py" "$log" "$TOP/out/bench" "$host"
+	python3 "$TOP/scripts/bench-profile.py" --steps "$log" "$TOP/out/bench" "$host"
 else
 	python3 "$TOP/scripts/bench-report.py" "$log" "$TOP/out/$flavour" "$host"
 fi

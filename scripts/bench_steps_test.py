@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Unit tests for scripts/bench-steps.py (make bench-steps' report), on
+"""Unit tests for scripts/bench-profile.py --steps (make bench-steps' report), on
 console logs made up here in ftrace's format with the TSC clock
 (scripts/guest/profile.sh, rust_drain_profile=steps).
 
@@ -12,15 +12,14 @@ import contextlib
 import importlib.util
 import io
 import os
-import sys
 import tempfile
 import unittest
 
 SCRIPTS = os.path.dirname(os.path.abspath(__file__))
-_spec = importlib.util.spec_from_file_location("bench_steps", os.path.join(SCRIPTS, "bench-steps.py"))
+_spec = importlib.util.spec_from_file_location("bench_profile", os.path.join(SCRIPTS, "bench-profile.py"))
 assert _spec is not None and _spec.loader is not None
-steps = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(steps)
+profile = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(profile)
 
 KHZ = 1_000_000  # 1 GHz: one TSC tick per ns
 CMDLINE = f"[    0.000000] Command line: tsc_early_khz={KHZ} rust_drain_profile=steps"
@@ -42,7 +41,6 @@ def drain(t: float, arm: str, timer_us: float) -> list[str]:
         ev(t + 24, "cqpost", pid=50, cpu=1, comm="kworker/1:1"),
         ev(t + 25, "post_ret"), ev(t + 27, wait),
         ev(t + 60, "cq_poll", pid=0, cpu=1, comm="<idle>"),
-        ev(t + 61, "compl_all" if arm == "rust" else "compl", pid=0, cpu=1, comm="<idle>"),
         ev(t + 90, "sched_wakeup", pid=0, cpu=0, comm="<idle>"),
         ev(t + 97, "sched_switch", pid=0, cpu=0, comm="<idle>"),
         ev(t + 100 + timer_us, wait + "_ret"), ev(t + 103 + timer_us, ret),
@@ -54,6 +52,9 @@ def log(cells: list[tuple[str, int]]) -> list[str]:
     for ctx, n in cells:
         for arm, ns in (("rust", 90_000), ("c", 80_000), ("c2", 81_000), ("floor", 20_000)):
             lines.append(f"[   30.1] rdma_drain_bench: sample,{ctx},{n},{arm},0,{ns},0")
+    lines += ["rust-drain: profile: kprobe_profile begin",
+              "  drain                 1               0",
+              "rust-drain: profile: kprobe_profile end"]
     lines += ["rust-drain: profile: traced run", "rust-drain: profile: trace begin"]
     lines += drain(1000, "rust", 1.5) + drain(2000, "c", 0) + drain(3000, "c", 0)
     lines += ["rust-drain: profile: trace end"]
@@ -66,15 +67,11 @@ def run(lines: list[str]) -> tuple[int, str]:
         path = os.path.join(d, "console.log")
         with open(path, "w", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
-        old = sys.argv
-        sys.argv = ["bench-steps.py", path, d, "Host: test."]
         try:
             with contextlib.redirect_stdout(io.StringIO()):
-                steps.main()
+                profile.main(["--steps", path, d, "Host: test."])
         except SystemExit as e:
             return 1, str(e.code)
-        finally:
-            sys.argv = old
         with open(os.path.join(d, "steps.md"), encoding="utf-8") as f:
             return 0, f.read()
 
@@ -94,19 +91,26 @@ class StepsTest(unittest.TestCase):
         self.assertEqual(self.row(md, "post_ret -> wait")[3], "+0.00")
         # A flush before the wait is still found: negative, not missing.
         self.assertEqual(self.row(md, "wait -> cqpost")[1:], ["-3.00", "-3.00", "+0.00", "1 / 2"])
-        self.assertEqual(self.row(md, "cq_poll -> complete")[1], "1.00")
+        self.assertEqual(self.row(md, "cq_poll -> wakeup")[1], "30.00")
         self.assertEqual(self.row(md, "total")[1:], ["104.50", "103.00", "+1.50", "1 / 2"])
 
     def test_refuses_other_cells(self) -> None:
         for cells in ([("Direct", 0)], [("Softirq", 64)], [("Softirq", 0), ("Workqueue", 0)]):
             rc, err = run(log(cells))
             self.assertEqual(rc, 1, cells)
-            self.assertIn("want one non-direct cell at N=0", err)
+            self.assertIn("wants one non-direct cell at N=0", err)
 
     def test_needs_the_tsc_rate(self) -> None:
         rc, err = run(log([("Softirq", 0)])[1:])
         self.assertEqual(rc, 1)
         self.assertIn("tsc_early_khz", err)
+
+    def test_refuses_a_trace_with_missed_probes(self) -> None:
+        lines = [l.replace("drain                 1               0", "drain                 1               2")
+                 for l in log([("Softirq", 0)])]
+        rc, err = run(lines)
+        self.assertEqual(rc, 1)
+        self.assertIn("missed hits", err)
 
 
 if __name__ == "__main__":

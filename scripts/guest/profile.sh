@@ -7,8 +7,8 @@
 # trace between marker lines for scripts/bench-profile.py.
 # With rust_drain_profile=steps (make bench-steps): the cells that the
 # command line's rdma_drain_bench.contexts= and depths= select, on the TSC
-# clock, with the waits, complete() and the task's wake-ups as well, for
-# scripts/bench-steps.py.
+# clock, with the waits and the task's wake-ups as well, for
+# scripts/bench-profile.py --steps.
 # Usage: sh /profile.sh SAMPLES
 T=/sys/kernel/tracing
 samples=${1:-100}
@@ -63,8 +63,6 @@ if [ -n "$steps" ]; then
 	probe 'r64:wait_ret wait_for_completion'
 	probe 'p:twait wait_for_completion_timeout'
 	probe 'r64:twait_ret wait_for_completion_timeout'
-	probe 'p:compl complete'
-	probe 'p:compl_all complete_all'
 	echo 'comm == "insmod"' >$T/events/sched/sched_wakeup/filter
 	echo 1 >$T/events/sched/sched_wakeup/enable
 fi
