@@ -46,6 +46,10 @@ const __LOG_PREFIX: &[u8] = b"ib_core\0";
 
 /// How long a drain waits before it says so, once.
 const STUCK_REPORT_SECS: u32 = 5;
+/// The same in jiffies, a constant as C's `60 * HZ` is (`msecs_to_jiffies()`
+/// is a call). `CONFIG_HZ`: the bindings' `HZ` is the uapi one.
+const STUCK_REPORT_JIFFIES: kernel::time::Jiffies =
+    (STUCK_REPORT_SECS * kernel::bindings::CONFIG_HZ) as kernel::time::Jiffies;
 
 /// A direct CQ is polled without sleeping for this long after the post (a
 /// flush the provider has queued usually lands within it; a sleep would add
@@ -182,8 +186,7 @@ unsafe fn drain_generic<'a, Q: WorkQueue<'a>>(q: &mut Q) {
         unsafe { reap_direct(q, &marker) };
         return;
     }
-    let stuck = msecs_to_jiffies(STUCK_REPORT_SECS * 1000);
-    if !marker.as_ref().wait_timeout(stuck) {
+    if !marker.as_ref().wait_timeout(STUCK_REPORT_JIFFIES) {
         report_stuck(qp, Q::NAME, cq.id());
         marker.as_ref().wait();
     }
