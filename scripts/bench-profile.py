@@ -261,7 +261,8 @@ def steps(events: list[Event]) -> dict[str, dict[str, list[float]]]:
 def steps_report(log: str, out: str, host: str) -> None:
     """--steps: OUTDIR/steps.md."""
     events, samples, cells = read(log)
-    if len(cells) != 1 or next(iter(cells))[0] == "Direct" or next(iter(cells))[1] != 0:
+    (ctx, n), = cells if len(cells) == 1 else [("", -1)]
+    if ctx in ("", "Direct") or n != 0:
         sys.exit(f"bench-profile: --steps wants one non-direct cell at N=0, got {sorted(cells)}")
     res = steps(events)
     if not res["rust"]["total"] or not res["c"]["total"]:
@@ -270,7 +271,6 @@ def steps_report(log: str, out: str, host: str) -> None:
     def med(xs: Sequence[float]) -> str:
         return f"{statistics.median(xs):.2f}" if xs else "—"
 
-    ctx, n = next(iter(cells))
     lines = [f"# ib_drain_rq step by step: Rust vs C, {ctx} N={n}", "", host, "",
              "| run | rust | c | c2 | floor |", "|---|---:|---:|---:|---:|"]
     for run in ("untraced", "traced"):
@@ -284,7 +284,6 @@ def steps_report(log: str, out: str, host: str) -> None:
         diff = f"{statistics.median(r) - statistics.median(c):+.2f}" if r and c else "—"
         lines.append(f"| {k} | {med(r)} | {med(c)} | {diff} | {len(r)} / {len(c)} |")
     text = "\n".join(lines) + "\n"
-    os.makedirs(out, exist_ok=True)
     with open(f"{out}/steps.md", "w", encoding="utf-8") as f:
         f.write(text)
     print(text, end="")

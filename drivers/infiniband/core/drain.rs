@@ -34,7 +34,7 @@ use kernel::prelude::*;
 use kernel::processor::cpu_relax;
 use kernel::sync::atomic::{Atomic, Relaxed};
 use kernel::task::might_sleep;
-use kernel::time::{delay::fsleep, msecs_to_jiffies, Delta, Instant, Monotonic};
+use kernel::time::{delay::fsleep, Delta, Instant, Jiffies, Monotonic};
 use pin_init::stack_pin_init;
 
 // Benchmark only: `bench_switch!` (`CONFIG_INFINIBAND_DRAIN_SWITCH`).
@@ -46,10 +46,13 @@ const __LOG_PREFIX: &[u8] = b"ib_core\0";
 
 /// How long a drain waits before it says so, once.
 const STUCK_REPORT_SECS: u32 = 5;
-/// The same in jiffies, a constant as C's `60 * HZ` is (`msecs_to_jiffies()`
+const STUCK_REPORT_JIFFIES: Jiffies = secs_to_jiffies(STUCK_REPORT_SECS);
+
+/// `secs` in jiffies, at build time as C's `secs * HZ` (`msecs_to_jiffies()`
 /// is a call). `CONFIG_HZ`: the bindings' `HZ` is the uapi one.
-const STUCK_REPORT_JIFFIES: kernel::time::Jiffies =
-    (STUCK_REPORT_SECS * kernel::bindings::CONFIG_HZ) as kernel::time::Jiffies;
+const fn secs_to_jiffies(secs: u32) -> Jiffies {
+    (secs * kernel::bindings::CONFIG_HZ) as Jiffies
+}
 
 /// A direct CQ is polled without sleeping for this long after the post (a
 /// flush the provider has queued usually lands within it; a sleep would add
@@ -346,7 +349,7 @@ unsafe fn drain_srq(rq: &mut RecvQueue<'_>) {
         return;
     }
     // SAFETY: This is the SRQ drain.
-    if unsafe { qp.wait_last_wqe_reached(msecs_to_jiffies(60_000)) } {
+    if unsafe { qp.wait_last_wqe_reached(secs_to_jiffies(60)) } {
         let mut polled = 0;
         while polled < cq.capacity() {
             // SAFETY: A CQ from ib_alloc_cq() (checked above); the caller
