@@ -272,10 +272,10 @@ def steps_report(log: str, out: str, host: str) -> None:
         return f"{statistics.median(xs):.2f}" if xs else "—"
 
     lines = [f"# ib_drain_rq step by step: Rust vs C, {ctx} N={n}", "", host, "",
-             "| run | rust | c | c2 | floor |", "|---|---:|---:|---:|---:|"]
+             "| run | rust | c | c2 | rust2 | floor |", "|---|---:|---:|---:|---:|---:|"]
     for run in ("untraced", "traced"):
         lines.append(f"| {run} median (us) | "
-                     + " | ".join(med([x / 1000 for x in samples[run][(n, a)]]) for a in ("rust", "c", "c2", "floor"))
+                     + " | ".join(med([x / 1000 for x in samples[run][(n, a)]]) for a in ("rust", "c", "c2", "rust2", "floor"))
                      + " |")
     lines += ["", "| step | Rust median (us) | C median (us) | Rust − C | drains Rust / C |",
               "|---|---:|---:|---:|---|"]

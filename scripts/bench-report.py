@@ -25,7 +25,9 @@ A pooled row follows: Rust/C and C2/C over all the non-direct cells with
 C2 (`pooled`), the mean of the cells' log differences, each cell weighing
 the same, its standard error from a bootstrap resampling every cell in
 each replicate, z for 95% over its two intervals; the last line says
-whether pooled Rust/C <= the upper end of pooled C2/C.
+whether pooled Rust/C <= the upper end of pooled C2/C. The Rust drain's
+second arm (Rust2, which balances the design: see rdma_drain_bench.rs)
+gives pooled Rust2/Rust, Rust against itself, on a line of its own.
 In the direct context (no C2: C sleeps 100 ms there, and runs last) the
 mark is Rust's median within 20 us of the floor's, at N <= 64: Rust and
 the floor alternate there, so both medians hold each position equally.
@@ -176,10 +178,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     ]
     plot: list[tuple[str, int, float, float, float]] = []  # (context, N, medians: Rust, C, floor)
     marks: collections.Counter[str] = collections.Counter()
-    pool: list[tuple[ByPos, ByPos, ByPos]] = []  # (Rust, C, C2) of the non-direct cells with C2
+    pool: list[tuple[ByPos, ByPos, ByPos, ByPos]] = []  # (Rust, C, C2, Rust2) of the non-direct cells with C2
     for ctx, n in cells:
         rng = random.Random(f"{ctx},{n}")
-        rd, cd, c2d = (bypos[(ctx, n, imp)] for imp in ("rust", "c", "c2"))
+        rd, cd, c2d, r2d = (bypos[(ctx, n, imp)] for imp in ("rust", "c", "c2", "rust2"))
         r, c, fl = ([ns for _, ns in data[(ctx, n, imp)]] for imp in ("rust", "c", "floor"))
         if not r or not c or not fl:
             continue
@@ -208,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     # C differs from itself: the design, not the drain.
                     mark += " (C2/C excludes 1)"
                 marks["other ok" if ok else "other over"] += 1
-                pool.append((rd, cd, c2d))
+                pool.append((rd, cd, c2d, r2d))
         lines.append(
             f"| {ctx} | {n} | {us(rm)} / {us(pct(r, 90))} / {us(pct(r, 99))} "
             f"| {us(cm)} / {us(pct(c, 90))} / {us(pct(c, 99))} | {us(fm)} "
@@ -224,8 +226,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         # two pooled intervals (Rust/C, C2/C) share the 5%.
         pz = z_for(0.05 / 2)
         rng = random.Random("pooled")
-        rc, rc_lo, rc_hi = pooled([(rd, cd) for rd, cd, _ in pool], pz, rng)
-        aa_m, aa_lo, aa_hi = pooled([(c2d, cd) for _, cd, c2d in pool], pz, rng)
+        rc, rc_lo, rc_hi = pooled([(rd, cd) for rd, cd, _, _ in pool], pz, rng)
+        aa_m, aa_lo, aa_hi = pooled([(c2d, cd) for _, cd, c2d, _ in pool], pz, rng)
         w = max(aa_hi - 1, 1 - aa_lo, 0)
         lines.append(
             f"| pooled ({len(pool)} non-direct cells) | all | — | — | — "
@@ -234,6 +236,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         summary += [
             f"pooled row: the non-direct cells' log ratios averaged, z = {pz:.2f} (95% over its two intervals)",
             f"pooled Rust/C <= pooled C2/C upper end: {'yes' if rc <= aa_hi else 'no'}"]
+        if all(r2d for _, _, _, r2d in pool):
+            rr, rr_lo, rr_hi = pooled([(r2d, rd) for rd, _, _, r2d in pool], pz, rng)
+            summary.append(f"pooled Rust2/Rust (Rust against itself): {rr:.3f} [{rr_lo:.3f}, {rr_hi:.3f}]")
     # Slope of the median with N (ns per receive), from the two deepest points.
     lines.append("")
     lines.append("| poll context | slope Rust (ns/receive) | slope C | slope floor |")

@@ -50,7 +50,7 @@ def drain(t: float, arm: str, timer_us: float) -> list[str]:
 def log(cells: list[tuple[str, int]]) -> list[str]:
     lines = [CMDLINE, "rust-drain: profile: untraced run"]
     for ctx, n in cells:
-        for arm, ns in (("rust", 90_000), ("c", 80_000), ("c2", 81_000), ("floor", 20_000)):
+        for arm, ns in (("rust", 90_000), ("c", 80_000), ("c2", 81_000), ("rust2", 89_000), ("floor", 20_000)):
             lines.append(f"[   30.1] rdma_drain_bench: sample,{ctx},{n},{arm},0,{ns},0")
     lines += ["rust-drain: profile: kprobe_profile begin",
               "  drain                 1               0",
@@ -85,7 +85,7 @@ class StepsTest(unittest.TestCase):
         rc, md = run(log([("Softirq", 0)]))
         self.assertEqual(rc, 0, md)
         self.assertIn("Softirq N=0", md)
-        self.assertEqual(self.row(md, "untraced median (us)")[1:], ["90.00", "80.00", "81.00", "20.00"])
+        self.assertEqual(self.row(md, "untraced median (us)")[1:], ["90.00", "80.00", "81.00", "89.00", "20.00"])
         # The timer's cancellation shows in its step, and only there.
         self.assertEqual(self.row(md, "switch_in -> wait_ret")[1:4], ["4.50", "3.00", "+1.50"])
         self.assertEqual(self.row(md, "post_ret -> wait")[3], "+0.00")

@@ -9,11 +9,12 @@
 //! floor (softirq CQ) serves all four contexts.
 //!
 //! For each poll context and depth, identical fresh QPs with `n` receives
-//! posted are drained by Rust, by C and by C again (`c2`: C against itself
-//! shows how far two identical drains differ here), in every order in turn
-//! (see [`order`]), then the floor is taken; all after a discarded warm-up. The
-//! direct context has no `c2`: C sleeps 100 ms there, and Rust is judged
-//! against the floor, with which it alternates. The samples are kept until
+//! posted are drained by Rust, by C, by C again (`c2`: C against itself
+//! shows how far two identical drains differ here) and by Rust again
+//! (`rust2`: so that Rust follows its own code as often as C does), in every
+//! order in turn (see [`order`]), then the floor is taken; all after a
+//! discarded warm-up. The direct context has neither: C sleeps 100 ms there,
+//! and Rust is judged against the floor, with which it alternates. The samples are kept until
 //! every drain is done (a line printed meanwhile would wake the console's
 //! printer thread beside the timed drains), then printed as lines
 //! `rdma_drain_bench: sample,<ctx>,<n>,<impl>,<i>,<ns>,<position in the
@@ -38,7 +39,7 @@ module! {
     params: {
         samples: u32 {
             default: 420,
-            description: "Measured samples per implementation, context and depth (a multiple of 6)",
+            description: "Measured samples per implementation, context and depth (a multiple of 4)",
         },
         contexts: u32 {
             default: 15,
@@ -66,6 +67,8 @@ enum Impl {
     C,
     /// The C drain again, as a second arm.
     C2,
+    /// The Rust drain again, so that the design treats both drains alike.
+    Rust2,
     Floor,
 }
 
@@ -75,6 +78,7 @@ impl Impl {
             Impl::Rust => "rust",
             Impl::C => "c",
             Impl::C2 => "c2",
+            Impl::Rust2 => "rust2",
             Impl::Floor => "floor",
         }
     }
@@ -151,7 +155,7 @@ fn one(dev: &DeviceRef, ctx: PollContext, n: u32, imp: Impl) -> Result<i64> {
     }
     let start = Instant::<Monotonic>::now();
     match imp {
-        Impl::Rust => drain_rq_rust(&mut qp),
+        Impl::Rust | Impl::Rust2 => drain_rq_rust(&mut qp),
         #[cfg(CONFIG_INFINIBAND_DRAIN_C_REFERENCE)]
         Impl::C | Impl::C2 => drain_rq_c(&mut qp),
         #[cfg(not(CONFIG_INFINIBAND_DRAIN_C_REFERENCE))]
@@ -176,31 +180,27 @@ fn one(dev: &DeviceRef, ctx: PollContext, n: u32, imp: Impl) -> Result<i64> {
     Ok(ns)
 }
 
-/// The arms of sample `i`, in the order they run. Rust, C and C2 go through
-/// every order in turn (a Williams design: each runs at each position, and
-/// after each other one, equally often), then the floor. In the direct
+/// The arms of sample `i`, in the order they run. Rust, C, C2 and Rust2 go
+/// through the orders of a Williams square in turn: each runs at each
+/// position, and right after each other one, once in four samples; then the
+/// floor. A design with C2 alone would let C follow its own code (C2's) and
+/// never Rust; code that ran just before runs faster here (TCG), so Rust2
+/// balances it: within a position Rust and C follow alike. In the direct
 /// context Rust and the floor alternate, as they are compared there, and C
 /// comes last (it sleeps 100 ms, after which the guest is idle).
 fn order(ctx: PollContext, i: u32) -> impl Iterator<Item = Impl> {
-    const ORDERS: [[Impl; 3]; 6] = {
-        use Impl::{Rust as R, C, C2};
-        [
-            [R, C, C2],
-            [C, C2, R],
-            [C2, R, C],
-            [R, C2, C],
-            [C2, C, R],
-            [C, R, C2],
-        ]
+    const ORDERS: [[Impl; 4]; 4] = {
+        use Impl::{Rust as R, Rust2 as R2, C, C2};
+        [[R, C, C2, R2], [C, R2, R, C2], [R2, C2, C, R], [C2, R, R2, C]]
     };
     // Without the C reference (a kernel built without it): Rust and the
     // floor only.
     let with_c = cfg!(CONFIG_INFINIBAND_DRAIN_C_REFERENCE);
     let sample = i as usize;
-    let mut arms = [Impl::Floor; 4];
+    let mut arms = [Impl::Floor; 5];
     let len = if with_c && ctx != PollContext::Direct {
-        arms[..3].copy_from_slice(&ORDERS[sample % 6]);
-        4
+        arms[..4].copy_from_slice(&ORDERS[sample % 4]);
+        5
     } else {
         if sample % 2 == 0 {
             arms[0] = Impl::Rust;
@@ -281,9 +281,9 @@ impl kernel::Module for DrainBench {
             pr_err!("contexts={contexts:#x} depths={depths:#x}: a bit each, at least one\n");
             return Err(EINVAL);
         }
-        // Up to 4 arms a sample (Rust, C, C2, floor).
+        // Up to 5 arms a sample (Rust, C, C2, Rust2, floor).
         let cells = (contexts.count_ones() * depths.count_ones()) as usize;
-        let mut kept = KVec::with_capacity(cells * samples as usize * 4, GFP_KERNEL)?;
+        let mut kept = KVec::with_capacity(cells * samples as usize * 5, GFP_KERNEL)?;
         pr_info!("start,samples={samples},contexts={contexts:#x},depths={depths:#x}\n");
         let res = run(samples, contexts, depths, &mut kept);
         for s in &kept {
