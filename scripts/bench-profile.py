@@ -35,8 +35,8 @@ entered on or on another, and how long after the modify in each case.
 With --steps (make bench-steps): OUTDIR/steps.md instead. The guest ran
 one cell, which must be a non-direct one at N=0 (softirq by default),
 where the marker is the only completion and the drain sleeps, with the
-trace on the TSC clock. For each traced drain, Rust (ib_drain_rq) and C
-(ib_drain_rq_c, both C arms), warm-up included, the time between
+trace on the TSC clock. For each traced drain, Rust (ib_drain_rq, both
+Rust arms) and C (ib_drain_rq_c, both C arms), warm-up included, the time between
 consecutive steps, as medians:
 
   entry        the drain entered
@@ -275,7 +275,8 @@ def steps_report(log: str, out: str, host: str) -> None:
              "| run | rust | c | c2 | rust2 | floor |", "|---|---:|---:|---:|---:|---:|"]
     for run in ("untraced", "traced"):
         lines.append(f"| {run} median (us) | "
-                     + " | ".join(med([x / 1000 for x in samples[run][(n, a)]]) for a in ("rust", "c", "c2", "rust2", "floor"))
+                     + " | ".join(med([x / 1000 for x in samples[run][(n, a)]])
+                                  for a in ("rust", "c", "c2", "rust2", "floor"))
                      + " |")
     lines += ["", "| step | Rust median (us) | C median (us) | Rust − C | drains Rust / C |",
               "|---|---:|---:|---:|---|"]

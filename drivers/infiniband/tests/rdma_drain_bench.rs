@@ -11,12 +11,13 @@
 //! For each poll context and depth, identical fresh QPs with `n` receives
 //! posted are drained by Rust, by C, by C again (`c2`: C against itself
 //! shows how far two identical drains differ here) and by Rust again
-//! (`rust2`: so that Rust follows its own code as often as C does), in every
-//! order in turn (see [`order`]), then the floor is taken; all after a
-//! discarded warm-up. The direct context has neither: C sleeps 100 ms there,
-//! and Rust is judged against the floor, with which it alternates. The samples are kept until
-//! every drain is done (a line printed meanwhile would wake the console's
-//! printer thread beside the timed drains), then printed as lines
+//! (`rust2`: so that Rust follows its own code as often as C does), in the
+//! orders of a balanced design in turn (see [`order`]), then the floor is
+//! taken; all after a discarded warm-up. The direct context has neither: C
+//! sleeps 100 ms there, and Rust is judged against the floor, with which it
+//! alternates. The samples are kept until every drain is done (a line
+//! printed meanwhile would wake the console's printer thread beside the
+//! timed drains), then printed as lines
 //! `rdma_drain_bench: sample,<ctx>,<n>,<impl>,<i>,<ns>,<position in the
 //! sample>` for the host to collect (scripts/bench-report.py).
 
@@ -39,7 +40,7 @@ module! {
     params: {
         samples: u32 {
             default: 420,
-            description: "Measured samples per implementation, context and depth (a multiple of 4)",
+            description: "Measured samples per implementation, context and depth (1, or a multiple of 4)",
         },
         contexts: u32 {
             default: 15,
@@ -184,14 +185,21 @@ fn one(dev: &DeviceRef, ctx: PollContext, n: u32, imp: Impl) -> Result<i64> {
 /// through the orders of a Williams square in turn: each runs at each
 /// position, and right after each other one, once in four samples; then the
 /// floor. A design with C2 alone would let C follow its own code (C2's) and
-/// never Rust; code that ran just before runs faster here (TCG), so Rust2
-/// balances it: within a position Rust and C follow alike. In the direct
+/// never Rust; code that ran just before may run faster (warm caches, TCG's
+/// translations), so Rust2 balances that: at each position Rust follows its
+/// own code exactly when C does (scripts/bench-report.py weighs positions
+/// against a carry-over of the other kind). In the direct
 /// context Rust and the floor alternate, as they are compared there, and C
 /// comes last (it sleeps 100 ms, after which the guest is idle).
 fn order(ctx: PollContext, i: u32) -> impl Iterator<Item = Impl> {
     const ORDERS: [[Impl; 4]; 4] = {
         use Impl::{Rust as R, Rust2 as R2, C, C2};
-        [[R, C, C2, R2], [C, R2, R, C2], [R2, C2, C, R], [C2, R, R2, C]]
+        [
+            [R, C, C2, R2],
+            [C, R2, R, C2],
+            [R2, C2, C, R],
+            [C2, R, R2, C],
+        ]
     };
     // Without the C reference (a kernel built without it): Rust and the
     // floor only.
@@ -279,6 +287,11 @@ impl kernel::Module for DrainBench {
             || depths & !all_depths != 0
         {
             pr_err!("contexts={contexts:#x} depths={depths:#x}: a bit each, at least one\n");
+            return Err(EINVAL);
+        }
+        // Whole turns of the orders, or a smoke run of one sample.
+        if samples == 0 || (samples != 1 && samples % 4 != 0) {
+            pr_err!("samples={samples}: 1 or a multiple of 4\n");
             return Err(EINVAL);
         }
         // Up to 5 arms a sample (Rust, C, C2, Rust2, floor).
