@@ -18,7 +18,8 @@
 //! [`STUCK_REPORT_SECS`] it prints one line naming the device, QP, queue and
 //! CQ (no WARN: `panic_on_warn` must not turn a slow provider into a crash),
 //! then sleeps on untimed, so that the hung-task detector reports it as it
-//! reports the C drain. Rust callers cannot get there:
+//! reports the C drain (a direct CQ's drainer polls on in C's 100 ms slices,
+//! which the detector does not see, as with C). Rust callers cannot get there:
 //! `kernel::infiniband::OwnedQp` reserves CQ room for its queues and their
 //! markers, and refuses posts beyond a queue's depth.
 //!
@@ -72,6 +73,8 @@ const DIRECT_SLEEP_MIN_US: i64 = 16;
 const DIRECT_SHORT_SLEEPS: Delta = Delta::from_millis(5);
 /// ... and then twice as long each time, up to this (C sleeps 100 ms).
 const DIRECT_SLEEP_MAX_US: i64 = 16_384;
+/// Once reported stuck, a direct drain waits for its marker in C's slices.
+const DIRECT_STUCK_JIFFIES: Jiffies = kernel::bindings::CONFIG_HZ as Jiffies / 10;
 
 /// Blocks until all receive completions of `qp` have been consumed.
 ///
@@ -108,7 +111,8 @@ pub unsafe extern "C" fn ib_drain_sq(qp: *mut kernel::bindings::ib_qp) {
 ///
 /// # Safety
 ///
-/// As for [`ib_drain_rq`] and [`ib_drain_sq`] together.
+/// As for [`ib_drain_rq`] and [`ib_drain_sq`] together. On a QP with an SRQ,
+/// the drain may reap the SRQ's CQ beside its poller, as C's does.
 #[export]
 pub unsafe extern "C" fn ib_drain_qp(qp: *mut kernel::bindings::ib_qp) {
     might_sleep();
@@ -186,7 +190,7 @@ unsafe fn drain_generic<'a, Q: WorkQueue<'a>>(q: &mut Q) {
     if cq.poll_context() == Some(PollContext::Direct) {
         // SAFETY: A direct CQ from ib_alloc_cq() (checked above): its
         // completions are ours to reap, here.
-        unsafe { reap_direct(q, &marker) };
+        unsafe { reap_direct(q, marker.as_ref()) };
         return;
     }
     if !marker.as_ref().wait_timeout(STUCK_REPORT_JIFFIES) {
@@ -216,13 +220,14 @@ fn report_stuck(qp: &Qp, queue: &str, cq_id: u32) {
 /// [`DIRECT_SHORT_SLEEPS`], then with back-off, instead of in 100 ms slices
 /// like C. It does not spin longer: the flush may wait for this very CPU.
 /// After [`STUCK_REPORT_SECS`] it says so once, as a drain that sleeps does,
-/// and polls on as C does.
+/// and then does as C does: waits for the marker up to 100 ms (another
+/// poller of the CQ may reap it), polls, and so on.
 ///
 /// # Safety
 ///
 /// `q`'s CQ must be a direct CQ from `ib_alloc_cq()`, whose completions the
 /// caller may reap here.
-unsafe fn reap_direct<'a, Q: WorkQueue<'a>>(q: &mut Q, marker: &DrainMarker) {
+unsafe fn reap_direct<'a, Q: WorkQueue<'a>>(q: &mut Q, marker: Pin<&DrainMarker>) {
     let start = Instant::<Monotonic>::now();
     let mut sleep_us = DIRECT_SLEEP_MIN_US;
     let stuck = Delta::from_secs(STUCK_REPORT_SECS.into());
@@ -232,6 +237,13 @@ unsafe fn reap_direct<'a, Q: WorkQueue<'a>>(q: &mut Q, marker: &DrainMarker) {
         let reaped = unsafe { q.poll_cq() };
         if marker.is_done() {
             return;
+        }
+        if reported {
+            // C's loop: the wait ends early if another poller reaps it.
+            if marker.wait_timeout(DIRECT_STUCK_JIFFIES) {
+                return;
+            }
+            continue;
         }
         if keep_spinning(start.elapsed(), reaped) {
             for _ in 0..DIRECT_SPIN_RELAX {
@@ -244,7 +256,7 @@ unsafe fn reap_direct<'a, Q: WorkQueue<'a>>(q: &mut Q, marker: &DrainMarker) {
         if waited >= DIRECT_SHORT_SLEEPS {
             sleep_us = (sleep_us * 2).min(DIRECT_SLEEP_MAX_US);
         }
-        if !reported && waited >= stuck {
+        if waited >= stuck {
             reported = true;
             report_stuck(q.qp(), Q::NAME, q.cq().map_or(0, |cq| cq.id()));
         }
@@ -259,8 +271,9 @@ fn keep_spinning(spun: Delta, reaped: i32) -> bool {
 }
 
 /// Why a drain was refused. With the queue, one of C's `WARN_ONCE()` sites
-/// (send, recv and shared recv queue: modify, post, no CQ), or a case where
-/// C would hang (a CQ not from `ib_alloc_cq()`) or post in vain (an SRQ).
+/// (send and recv queue: modify, post; shared recv queue: modify, no CQ), or
+/// a case where C would dereference NULL (no CQ), hang (a CQ not from
+/// `ib_alloc_cq()`; on an SRQ, jump to its `wr_id`) or post in vain (an SRQ).
 #[derive(Clone, Copy)]
 enum Why {
     Modify,
@@ -363,6 +376,7 @@ unsafe fn drain_srq(rq: &mut RecvQueue<'_>) {
     }
 }
 
+#[cfg(CONFIG_INFINIBAND_RUST_DRAIN_KUNIT_TEST)]
 #[kunit_tests(rdma_drain_abi)]
 mod tests {
     use kernel::bindings;
@@ -388,6 +402,7 @@ mod tests {
     }
 }
 
+#[cfg(CONFIG_INFINIBAND_RUST_DRAIN_KUNIT_TEST)]
 #[kunit_tests(rdma_drain_spin)]
 mod spin_tests {
     use super::{keep_spinning, DIRECT_SPIN, DIRECT_SPIN_MAX};

@@ -55,6 +55,8 @@ struct Fake {
     first_poll_ns: AtomicI64,
     /// Polls more than 3 ms after the first.
     late_polls: AtomicU32,
+    /// Polls more than 6 s after the first.
+    stuck_polls: AtomicU32,
     drain_rq_calls: AtomicU32,
     drain_sq_calls: AtomicU32,
     trace_hits: AtomicU32,
@@ -84,6 +86,7 @@ static FAKE: Fake = Fake {
     complete_after_ms: AtomicU32::new(0),
     first_poll_ns: AtomicI64::new(0),
     late_polls: AtomicU32::new(0),
+    stuck_polls: AtomicU32::new(0),
     drain_rq_calls: AtomicU32::new(0),
     drain_sq_calls: AtomicU32::new(0),
     trace_hits: AtomicU32::new(0),
@@ -106,6 +109,7 @@ impl Fake {
             &self.complete_on_poll,
             &self.complete_after_ms,
             &self.late_polls,
+            &self.stuck_polls,
             &self.drain_rq_calls,
             &self.drain_sq_calls,
             &self.trace_hits,
@@ -276,6 +280,9 @@ unsafe extern "C" fn fake_poll_cq(
     let first = FAKE.first_poll_ns.load(SeqCst);
     if now - first > 3_000_000 {
         FAKE.late_polls.fetch_add(1, SeqCst);
+    }
+    if now - first > 6_000_000_000 {
+        FAKE.stuck_polls.fetch_add(1, SeqCst);
     }
     let at = FAKE.complete_on_poll.load(SeqCst);
     let not_before = first + i64::from(FAKE.complete_after_ms.load(SeqCst)) * 1_000_000;
@@ -805,12 +812,14 @@ mod fault_tests {
         let warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
         assert_eq!(warns, Some(0));
         // It slept between polls: 16 us at a time for 5 ms, then longer up
-        // to 16 ms (16-32 ms each): ~350-800 polls after the first 3 ms.
-        // Sleeps of C's 100 ms would make 110, a drain that never slept
-        // millions.
+        // to 16 ms (16-20 ms each), ~250-500 polls after the first 3 ms (a
+        // drain that never slept: millions); reported at 5 s, it polls in
+        // C's 100 ms slices: ~50 polls after 6 s (16 ms sleeps: ~250).
         let late = FAKE.late_polls.load(SeqCst);
-        pr_info!("stuck direct drain: {late} polls after its first 3 ms\n");
+        let stuck = FAKE.stuck_polls.load(SeqCst);
+        pr_info!("stuck direct drain: {late} polls after its first 3 ms, {stuck} after 6 s\n");
         assert!((150..=2_000).contains(&late));
+        assert!((20..=80).contains(&stuck));
         assert!(FAKE.posted_cqe.load(SeqCst).is_null());
         Ok(())
     }

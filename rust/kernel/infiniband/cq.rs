@@ -97,8 +97,10 @@ impl PollContext {
 #[repr(transparent)]
 pub struct Cq(Opaque<bindings::ib_cq>);
 
-// SAFETY: The RDMA core uses `struct ib_cq` from any thread; `Cq` only reads
-// fields that are set when the CQ is created.
+// SAFETY: The RDMA core uses `struct ib_cq` from any thread; `Cq`'s safe
+// methods only read fields that are set when the CQ is created (`cqe` changes
+// only in `ops.resize_user_cq()`, for userspace CQs, which no kernel QP
+// uses), and polling it is `unsafe`, left to callers that may reap it.
 unsafe impl Send for Cq {}
 
 // SAFETY: See `Send`; concurrent reads of those fields are fine.
