@@ -11,11 +11,10 @@ median. The drains of one sample run in the orders of a balanced design
 in turn (rdma_drain_bench.rs), and the position in the sample matters on
 its own, so Rust/C compares like with like: within each position, the
 10% trimmed means of the log times of Rust and of C (`location`), their
-difference averaged over the positions (weighted: `POS_WEIGHT`) and turned
-back into a ratio. Its
-interval is z bootstrap standard errors either side, on the log scale.
-C2/C is the same for the C drain against itself; the cell's noise is how
-far that interval reaches from 1. The intervals are simultaneous at 95%
+difference averaged over the positions (weighted: `POS_WEIGHT`) and
+turned back into a ratio. Its interval is z bootstrap standard errors
+either side, on the log scale. C2/C is the same for the C drain against
+itself; the cell's noise is how far that interval reaches from 1. The intervals are simultaneous at 95%
 over the non-direct cells (Bonferroni: z for 0.05 over two intervals a
 cell, two-sided). A cell is "within noise" when Rust/C <= 1 + noise (the
 issue's mark: a failure to tell Rust from C, so the upper end of
@@ -73,8 +72,8 @@ def location(xs: Iterable[float]) -> float:
 def ratio(a: ByPos, b: ByPos, z: float, rng: random.Random) -> tuple[float, float, float]:
     """Rust/C (or C2/C): exp of the difference of `location` between the two
     arms within each position in the sample, averaged over the positions
-    (weighted by `POS_WEIGHT`),
-    and its interval: z standard errors either side on the log scale, the
+    (weighted by `POS_WEIGHT`), and its interval: z standard errors either
+    side on the log scale, the
     standard error from a bootstrap within each position (seeded: the same
     log gives the same table). a, b: {position: [ns, ...]}."""
     return pooled([(a, b)], z, rng)

@@ -34,11 +34,8 @@ else
 	args="rust_drain_bench=$samples"
 fi
 # rdma_drain_bench.rs runs whole turns of its orders: check before booting.
-case $samples in
-1) ;;
-'' | 0* | *[!0-9]*) die bench "" "SAMPLES=$samples: 1 or a multiple of 4" ;;
-*) [ $((samples % 4)) = 0 ] || die bench "" "SAMPLES=$samples: 1 or a multiple of 4" ;;
-esac
+[ "$samples" = 1 ] || { [[ $samples =~ ^[1-9][0-9]*$ ]] && ((samples % 4 == 0)); } ||
+	die bench "" "SAMPLES=$samples: 1 or a multiple of 4"
 # The samples wait in the log buffer until the drains are done
 # (scripts/guest/rdma.sh): 25,200 lines by default, ~64 bytes each.
 # shellcheck disable=SC2017 # 8 MiB per 420 samples or part of 420: rounded up first

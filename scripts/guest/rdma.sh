@@ -171,6 +171,15 @@ drains_at_least() {
 	[ "$c" -ge "$want" ]
 }
 
+# drains_between LO HI FN...: LO to HI traced drains did.
+drains_between() {
+	lo=$1 hi=$2
+	shift 2
+	c=$(drains_from "$@")
+	echo "$c drains with $* on their stack, want $lo to $hi"
+	[ "$c" -ge "$lo" ] && [ "$c" -le "$hi" ]
+}
+
 # drains_exactly N FN...: exactly N did (where the ULP's teardown fixes
 # the number: one drain per queue of each connection it closed).
 drains_exactly() {

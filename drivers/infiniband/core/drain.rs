@@ -74,7 +74,7 @@ const DIRECT_SHORT_SLEEPS: Delta = Delta::from_millis(5);
 /// ... and then twice as long each time, up to this (C sleeps 100 ms).
 const DIRECT_SLEEP_MAX_US: i64 = 16_384;
 /// Once reported stuck, a direct drain waits for its marker in C's slices.
-const DIRECT_STUCK_JIFFIES: Jiffies = kernel::bindings::CONFIG_HZ as Jiffies / 10;
+const DIRECT_STUCK_JIFFIES: Jiffies = secs_to_jiffies(1) / 10;
 
 /// Blocks until all receive completions of `qp` have been consumed.
 ///

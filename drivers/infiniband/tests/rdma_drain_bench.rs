@@ -188,9 +188,9 @@ fn one(dev: &DeviceRef, ctx: PollContext, n: u32, imp: Impl) -> Result<i64> {
 /// never Rust; code that ran just before may run faster (warm caches, TCG's
 /// translations), so Rust2 balances that: at each position Rust follows its
 /// own code exactly when C does (scripts/bench-report.py weighs positions
-/// against a carry-over of the other kind). In the direct
-/// context Rust and the floor alternate, as they are compared there, and C
-/// comes last (it sleeps 100 ms, after which the guest is idle).
+/// against a carry-over of the other kind). In the direct context Rust and
+/// the floor alternate, as they are compared there, and C comes last (it
+/// sleeps 100 ms, after which the guest is idle).
 fn order(ctx: PollContext, i: u32) -> impl Iterator<Item = Impl> {
     const ORDERS: [[Impl; 4]; 4] = {
         use Impl::{Rust as R, Rust2 as R2, C, C2};
