@@ -55,15 +55,29 @@ done
 
 rm -rf "$out"
 mkdir -p "$out"
-"${G[@]}" format-patch -q --no-signature -o "$out" "$base"
-echo "patches: $(find "$out" -maxdepth 1 -name '*.patch' | wc -l) patches in $out"
+"${G[@]}" format-patch -q --no-signature --cover-letter -o "$out" "$base"
+# The cover letter's subject and text (patches/cover-letter: the subject,
+# a blank line, the text); format-patch gives the shortlog and diffstat.
+cover=$out/0000-cover-letter.patch
+python3 - "$cover" "$TOP/patches/cover-letter" <<'PY' || die patches "" "patches/cover-letter does not fill the cover letter"
+import sys
+cover, text = sys.argv[1], open(sys.argv[2]).read().split("\n", 2)
+s = open(cover).read()
+assert "*** SUBJECT HERE ***" in s and "*** BLURB HERE ***" in s
+s = s.replace("*** SUBJECT HERE ***", text[0]).replace("*** BLURB HERE ***", text[2].rstrip("\n"))
+open(cover, "w").write(s)
+PY
+cat "$cover"
+echo "patches: a cover letter and $(find "$out" -maxdepth 1 -name '*.patch' ! -name '0000-*' | wc -l) patches in $out"
 # checkpatch asks about MAINTAINERS for every new file; the series adds the
 # F: lines the new directories need (drivers/infiniband/ has one already).
 # The fixes' Fixes: tags name upstream commits: checkpatch looks them up in
 # the git repository it runs in, this project's, which does not have them.
 cp_log=$CACHE/logs/checkpatch.log
+series=()
+for p in "$out"/*.patch; do [ "$p" = "$cover" ] || series+=("$p"); done
 "$pristine/scripts/checkpatch.pl" --no-tree --strict --show-types --ignore UNKNOWN_COMMIT_ID \
-	"$out"/*.patch >"$cp_log" 2>&1 || true
+	"${series[@]}" >"$cp_log" 2>&1 || true
 problems=$(grep -E '^(ERROR|WARNING|CHECK):' "$cp_log" | grep -v '^WARNING:FILE_PATH_CHANGES:' || true)
 if [ -n "$problems" ]; then
 	echo "$problems"

@@ -9,12 +9,17 @@
 # teardown of a connected controller, and rxe0 is added again.
 # Prints two KTAP suites, nvme_rdma_rxe and rxe_removal_race.
 # With siw as third argument: the cycles alone, over siw0 (iWARP, connected
-# through the iw_cm), on a port of their own: nvme_rdma_siw.
+# through the iw_cm), on a port of their own: nvme_rdma_siw. With srq as
+# fourth argument (nvmet-rdma not loaded yet): the target's queues on an
+# SRQ (use_srq=1), each QP drained whole when its queue goes, which waits
+# for Last WQE Reached; after each cycle the target's QPs must be gone
+# within 10 s of the host's delete: nvme_rdma_siw_srq.
 # BENCH_ROUNDS=R nvme.sh K: make bench-ulp's cycles instead (below).
 
 CYCLES=${1:-100}
 RACES=${2:-6}
 PROVIDER=${3:-rxe}
+SRQ=${4:-}
 # rust_drain_nvme_races=N on the kernel command line overrides it.
 races_arg=$(sed -n 's/.*rust_drain_nvme_races=\([0-9]*\).*/\1/p' /proc/cmdline)
 RACES=${races_arg:-$RACES}
@@ -32,13 +37,18 @@ CONNECT_OPTS=""
 
 . /ktap.sh
 . /rdma.sh
-[ -n "${BENCH_ROUNDS:-}" ] || ktap_begin "nvme_rdma_$PROVIDER"
+SUITE=nvme_rdma_$PROVIDER${SRQ:+_srq}
+[ -n "${BENCH_ROUNDS:-}" ] || ktap_begin "$SUITE"
 
 setup_target() {
 	modprobe null_blk nr_devices=1 gb=1 memory_backed=1 &&
-		modprobe nvmet-rdma && modprobe nvme-rdma &&
+		modprobe nvmet-rdma ${SRQ:+use_srq=1} && modprobe nvme-rdma &&
 		mount -t configfs none /sys/kernel/config 2>/dev/null
 	[ -d $CFG ] || return 1
+	if [ -n "$SRQ" ] && [ "$(cat /sys/module/nvmet_rdma/parameters/use_srq)" != Y ]; then
+		echo "nvmet-rdma was loaded without use_srq=1"
+		return 1
+	fi
 	# The rxe run made the subsystem already, before a siw run.
 	[ -d $CFG/subsystems/$NQN ] || {
 		mkdir $CFG/subsystems/$NQN &&
@@ -89,9 +99,35 @@ io_and_delete() {
 	return $rc
 }
 
-# One cycle: connect, write, read back, compare, delete.
+# The target's QPs of a cycle are on SRQs (use_srq=1): rdma counts some.
+on_srqs() {
+	_srqs=$(rdma resource show srq | grep -c srqn)
+	echo "$(qp_count) QPs, $_srqs SRQs"
+	[ "$_srqs" -ge 1 ]
+}
+
+# The target frees its queues from work items after the host's delete
+# returned, each QP drained whole: the QPs must be down to $1 within 10 s.
+# Prints how long it took, waiting up to 90 s to tell (a drain that waits
+# out __ib_drain_srq()'s 60 s for Last WQE Reached takes a minute).
+target_queues_freed() {
+	_t0=$(cut -d' ' -f1 /proc/uptime)
+	qps_back 90 "$1"
+	_t1=$(cut -d' ' -f1 /proc/uptime)
+	_ms=$(echo "$_t0 $_t1" | awk '{ printf "%d", ($2 - $1) * 1000 }')
+	echo "rust-drain: srq: the target's QPs freed $_ms ms after the delete"
+	[ "$_ms" -le 10000 ]
+}
+
+# One cycle: connect, write, read back, compare, delete; with SRQs, the
+# target's queues must be freed too.
 cycle() {
-	connect && io_and_delete $(($1 * 64))
+	if [ -z "$SRQ" ]; then
+		connect && io_and_delete $(($1 * 64))
+		return
+	fi
+	_qp0=$(qp_count)
+	connect && on_srqs && io_and_delete $(($1 * 64)) && target_queues_freed "$_qp0"
 }
 
 cycles() {
@@ -175,7 +211,7 @@ if [ "$PROVIDER" = siw ]; then
 	# The port stays: unlinking its subsystem after connects is the
 	# lockdep report of patches/reports/nvmet-port-relink-lockdep.txt.
 	# siw0's delete takes its listener away.
-	ktap_end nvme_rdma_siw
+	ktap_end "$SUITE"
 	exit 0
 fi
 ktap_end nvme_rdma_rxe
