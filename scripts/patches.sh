@@ -63,6 +63,7 @@ python3 - "$cover" "$TOP/patches/cover-letter" <<'PY' || die patches "" "patches
 import sys
 cover, text = sys.argv[1], open(sys.argv[2]).read().split("\n", 2)
 s = open(cover).read()
+assert len(text) == 3 and text[0] and text[1] == "", "a subject, a blank line, the text"
 assert "*** SUBJECT HERE ***" in s and "*** BLURB HERE ***" in s
 s = s.replace("*** SUBJECT HERE ***", text[0]).replace("*** BLURB HERE ***", text[2].rstrip("\n"))
 open(cover, "w").write(s)

@@ -4,7 +4,7 @@
 # nvme-rdma host and nvmet-rdma target over rxe0 in one guest: CYCLES times
 # connect, write a pattern, read it back, compare, disconnect. Teardown of
 # both sides runs ib_drain_qp(); the cq_drain_complete tracepoint count
-# proves that drains ran (and ib_drain_* is the Rust one: rdma_drain_abi).
+# proves that drains ran (and ib_drain_* is the Rust one: check_symbols).
 # Then RACES times, rxe0's removal (`rdma link delete`) races the host's
 # teardown of a connected controller, and rxe0 is added again.
 # Prints two KTAP suites, nvme_rdma_rxe and rxe_removal_race.
@@ -20,6 +20,10 @@ CYCLES=${1:-100}
 RACES=${2:-6}
 PROVIDER=${3:-rxe}
 SRQ=${4:-}
+if [ -n "$SRQ" ] && [ "$PROVIDER" != siw ]; then
+	echo "nvme.sh: srq runs over siw only"
+	exit 1
+fi
 # rust_drain_nvme_races=N on the kernel command line overrides it.
 races_arg=$(sed -n 's/.*rust_drain_nvme_races=\([0-9]*\).*/\1/p' /proc/cmdline)
 RACES=${races_arg:-$RACES}
@@ -99,10 +103,10 @@ io_and_delete() {
 	return $rc
 }
 
-# The target's QPs of a cycle are on SRQs (use_srq=1): rdma counts some.
+# The target's QPs of a cycle are on SRQs (use_srq=1): siw0 has some.
 on_srqs() {
-	_srqs=$(rdma resource show srq | grep -c srqn)
-	echo "$(qp_count) QPs, $_srqs SRQs"
+	_srqs=$(rdma resource show srq dev siw0 | grep -c srqn)
+	echo "$(qp_count) QPs, $_srqs SRQs on siw0"
 	[ "$_srqs" -ge 1 ]
 }
 
@@ -127,7 +131,9 @@ cycle() {
 		return
 	fi
 	_qp0=$(qp_count)
-	connect && on_srqs && io_and_delete $(($1 * 64)) && target_queues_freed "$_qp0"
+	connect || return 1
+	on_srqs || { echo 1 >"$ctrl/delete_controller"; return 1; }
+	io_and_delete $(($1 * 64)) && target_queues_freed "$_qp0"
 }
 
 cycles() {
