@@ -6,9 +6,10 @@
 # one at a time to a copy of the overlay, built in a tree of their own
 # ($CACHE/mutant-src, build dir build-mutant, the test kernel's config),
 # booted and judged as `make test` does (run-tests.sh, the test
-# manifest). Each must be caught: a run that passes is a failure of
-# `make mutants`. Prints a table (also out/mutants.md): breakage, what
-# caught it, time. NAME selects mutants by file name prefix.
+# manifest), or caught by the build (a mutant's "# Build: PATTERN" line).
+# Each must be caught: a run that passes is a failure of `make mutants`.
+# Prints a table (also out/mutants.md): breakage, what caught it, time.
+# NAME selects mutants by file name prefix.
 . "$(dirname "$0")/lib.sh"
 
 mapfile -t all < <(cd "$TOP/scripts/mutants" && ls -- *.patch)
@@ -42,8 +43,18 @@ for m in "${chosen[@]}"; do
 		continue
 	fi
 	caught=""
+	# A mutant with a line "# Build: PATTERN" is caught by a build that fails
+	# with PATTERN in its log (a const assertion).
+	build_pat=$(sed -n 's/^# Build: //p' "$TOP/scripts/mutants/$m")
 	if ! "$TOP/scripts/build.sh" mutant >"$CACHE/logs/mutant-build.log" 2>&1; then
-		caught="NOT BUILT (fix the mutant; $CACHE/logs/mutant-build.log)"
+		if [ -n "$build_pat" ] && cat "$CACHE/logs/mutant-build.log" "$CACHE/logs/build-mutant.log"* 2>/dev/null | grep -E "$build_pat" >/dev/null; then
+			caught="the build ($build_pat)"
+		else
+			caught="NOT BUILT (fix the mutant; $CACHE/logs/mutant-build.log)"
+			rc=1
+		fi
+	elif [ -n "$build_pat" ]; then
+		caught="NOT CAUGHT (built, though it should fail with $build_pat)"
 		rc=1
 	else
 		"$TOP/scripts/initramfs.sh" mutant >/dev/null 2>&1 || die mutants "" "initramfs failed"

@@ -54,8 +54,7 @@ INSMOD_FAILED = re.compile(r"rust-drain: insmod \S+ failed")
 SUITE_START = re.compile(r"^    # Subtest: (\S+)$|^rust-drain: suite (\S+) starts$")
 SUITE_END = re.compile(r"^(?:not )?ok \d+ (\S+)")
 CATEGORIES = [
-    ("unit, fake provider", ["rdma_drain_unit", "rdma_drain_abi", "rdma_drain_spin",
-                             "rdma_drain_unit_srq"]),
+    ("unit, fake provider", ["rdma_drain_unit", "rdma_drain_unit_srq"]),
     ("fault injection", ["rdma_drain_unit_faults", "rdma_drain_unit_c_reference",
                          "rdma_drain_might_sleep", "rdma_drain_rxe_faults",
                          "rdma_drain_hung_task", "rdma_drain_hung_task_report"]),

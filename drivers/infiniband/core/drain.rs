@@ -266,9 +266,25 @@ unsafe fn reap_direct<'a, Q: WorkQueue<'a>>(q: &mut Q, marker: Pin<&DrainMarker>
 /// Whether a direct drain polls again at once, `spun` after the marker's
 /// post, its last poll having reaped `reaped` completions: a flush that needs
 /// this CPU must not wait longer than the spin's bounds.
-fn keep_spinning(spun: Delta, reaped: i32) -> bool {
-    spun < DIRECT_SPIN || (reaped > 0 && spun < DIRECT_SPIN_MAX)
+const fn keep_spinning(spun: Delta, reaped: i32) -> bool {
+    let ns = spun.as_nanos();
+    ns < DIRECT_SPIN.as_nanos() || (reaped > 0 && ns < DIRECT_SPIN_MAX.as_nanos())
 }
+
+// The spin ends at `DIRECT_SPIN` without progress, and at `DIRECT_SPIN_MAX`
+// however busy the CQ is: checked when ib_core is built.
+const _: () = {
+    let (spin, max) = (DIRECT_SPIN.as_nanos(), DIRECT_SPIN_MAX.as_nanos());
+    assert!(spin < max);
+    assert!(keep_spinning(Delta::from_nanos(0), 0));
+    assert!(keep_spinning(Delta::from_nanos(spin - 1), 0));
+    assert!(!keep_spinning(Delta::from_nanos(spin), 0));
+    assert!(!keep_spinning(Delta::from_nanos(max - 1), 0));
+    assert!(keep_spinning(Delta::from_nanos(spin), 1));
+    assert!(keep_spinning(Delta::from_nanos(max - 1), 16));
+    assert!(!keep_spinning(Delta::from_nanos(max), 1));
+    assert!(!keep_spinning(Delta::from_secs(10), 1));
+};
 
 /// Why a drain was refused. With the queue, one of C's `WARN_ONCE()` sites
 /// (send and recv queue: modify, post; shared recv queue: modify, no CQ), or
@@ -373,56 +389,5 @@ unsafe fn drain_srq(rq: &mut RecvQueue<'_>) {
             }
             polled += n;
         }
-    }
-}
-
-#[cfg(CONFIG_INFINIBAND_RUST_DRAIN_KUNIT_TEST)]
-#[kunit_tests(rdma_drain_abi)]
-mod tests {
-    use kernel::bindings;
-
-    /// The `ib_drain_*` that ib_core's C resolves is the Rust definition in
-    /// this file, not the C one in verbs.c. Its export (`EXPORT_SYMBOL` in
-    /// verbs.c), which the module loader gives other modules, is resolved by
-    /// the same link, built in or as ib_core.ko.
-    #[test]
-    fn exported_drain_is_rust() {
-        assert_eq!(
-            bindings::ib_drain_rq as *const () as usize,
-            super::ib_drain_rq as *const () as usize
-        );
-        assert_eq!(
-            bindings::ib_drain_sq as *const () as usize,
-            super::ib_drain_sq as *const () as usize
-        );
-        assert_eq!(
-            bindings::ib_drain_qp as *const () as usize,
-            super::ib_drain_qp as *const () as usize
-        );
-    }
-}
-
-#[cfg(CONFIG_INFINIBAND_RUST_DRAIN_KUNIT_TEST)]
-#[kunit_tests(rdma_drain_spin)]
-mod spin_tests {
-    use super::{keep_spinning, DIRECT_SPIN, DIRECT_SPIN_MAX};
-    use kernel::time::Delta;
-
-    /// The direct drain's spin ends at [`DIRECT_SPIN`] without progress, and
-    /// at [`DIRECT_SPIN_MAX`] however busy the CQ is.
-    #[test]
-    fn direct_spin_is_bounded() {
-        let us = Delta::from_micros;
-        let spin = DIRECT_SPIN.as_micros_ceil();
-        let max = DIRECT_SPIN_MAX.as_micros_ceil();
-        assert!(spin < max);
-        assert!(keep_spinning(us(0), 0));
-        assert!(keep_spinning(us(spin - 1), 0));
-        assert!(!keep_spinning(us(spin), 0));
-        assert!(!keep_spinning(us(max - 1), 0));
-        assert!(keep_spinning(us(spin), 1));
-        assert!(keep_spinning(us(max - 1), 16));
-        assert!(!keep_spinning(us(max), 1));
-        assert!(!keep_spinning(Delta::from_secs(10), 1));
     }
 }

@@ -6,9 +6,9 @@
 # that uses ib_core and then ib_core itself, load ib_core and rdma_rxe
 # again, add rxe0 again, and run the rxe suite (a Rust ULP,
 # kernel::infiniband) on it, and its siw suite on siw0, added again too.
-# ib_core's own KUnit suites run again when it loads. Prints the KTAP
-# suite rdma_ib_core_reload; the host requires a
-# second run of rdma_drain_abi, rdma_drain_unit and rdma_drain_rxe
+# The drain's KUnit tests (ib_drain_test) load again after ib_core, which
+# runs none itself. Prints the KTAP suite rdma_ib_core_reload; the host
+# requires a second run of rdma_drain_unit and rdma_drain_rxe
 # (run-tests.sh).
 
 CFG=/sys/kernel/config/nvmet
@@ -61,7 +61,14 @@ check nvmet_config_removed nvmet_clear
 check rxe0_deleted rdma link delete rxe0
 check unload_all_users_of_ib_core unload_tree ib_core
 check ib_core_unloaded sh -c '! grep -q "^ib_core " /proc/modules'
+# ib_core runs no test when it loads: its KUnit tests are a module of
+# their own, loaded again here, first, as at boot.
+echo "rust-drain: reload: ib_core loads" >/dev/kmsg
 check modprobe_rdma_rxe_again modprobe rdma_rxe
+# shellcheck disable=SC2016 # $p: sed's last line, in the inner shell
+check ib_core_load_runs_no_test sh -c '! dmesg | sed -n "/rust-drain: reload: ib_core loads/,\$p" | grep -q "# Subtest:"'
+check drain_unit_tests_load_again modprobe ib_drain_test
+console_settle
 check rxe0_added_again rdma link add rxe0 type rxe netdev dummy0
 check rxe0_active_again rxe_wait_active
 check drain_tracepoint_enabled trace_on
