@@ -47,7 +47,7 @@ for m in "${chosen[@]}"; do
 	# with PATTERN in its log (a const assertion).
 	build_pat=$(sed -n 's/^# Build: //p' "$TOP/scripts/mutants/$m")
 	if ! "$TOP/scripts/build.sh" mutant >"$CACHE/logs/mutant-build.log" 2>&1; then
-		if [ -n "$build_pat" ] && cat "$CACHE/logs/mutant-build.log" "$CACHE/logs/build-mutant.log"* 2>/dev/null | grep -E "$build_pat" >/dev/null; then
+		if [ -n "$build_pat" ] && cat "$CACHE/logs/mutant-build.log" "$CACHE/logs/build-mutant.log" 2>/dev/null | grep -E "$build_pat" >/dev/null; then
 			caught="the build ($build_pat)"
 		else
 			caught="NOT BUILT (fix the mutant; $CACHE/logs/mutant-build.log)"

@@ -43,7 +43,7 @@ EXPECTED_REPORTS: dict[str, re.Pattern[str] | tuple[re.Pattern[str], re.Pattern[
     "rdma_drain_might_sleep": re.compile(r"BUG: sleeping function called from invalid context"),
     # With siw's Last WQE Reached kept from ib_core, the SRQ drain waits
     # its 60 s in the case's thread; insmod waits for that thread.
-    "rdma_drain_siw_srq": (re.compile(r"blocked for more than"),
+    "rdma_drain_siw_srq_bound": (re.compile(r"blocked for more than"),
                            re.compile(r"\bib_drain_qp(_c)?\+|\bkunit_try_catch_run\+")),
     "rdma_drain_failed_destroy": re.compile(r"ib_destroy_qp_user\(\) failed"),
     # The same line, if the console prints it after the guest's next marker.
@@ -59,8 +59,8 @@ CATEGORIES = [
                          "rdma_drain_might_sleep", "rdma_drain_rxe_faults",
                          "rdma_drain_hung_task", "rdma_drain_hung_task_report"]),
     ("rxe", ["rdma_rxe_setup", "rdma_drain_rxe", "rdma_drain_teardown"]),
-    ("siw", ["rdma_drain_siw", "rdma_drain_siw_srq", "nvme_rdma_siw", "nvme_rdma_siw_srq",
-             "nfs_rdma_siw"]),
+    ("siw", ["rdma_drain_siw", "rdma_drain_siw_srq", "rdma_drain_siw_srq_bound", "nvme_rdma_siw",
+             "nvme_rdma_siw_srq", "nfs_rdma_siw"]),
     ("soundness", ["rdma_drain_rxe_soundness", "rdma_drain_leaks", "rdma_drain_leaks_kept",
                    "rdma_drain_failed_destroy", "rdma_drain_failed_destroy_kept",
                    "rdma_drain_forgotten_unloaded", "rdma_drain_forgotten_posted"]),

@@ -213,14 +213,14 @@ class ResultsTest(unittest.TestCase):
         self.assertIn("    fault injection: 4 cases, 4 passed; 0 reports", run.lines)
 
     def test_expected_report_needs_its_trace(self) -> None:
-        # rdma_drain_siw_srq may make the hung-task detector report its
+        # rdma_drain_siw_srq_bound may make the hung-task detector report its
         # drain, not another wait.
         def hung(fn: str) -> list[str]:
             return [
                 "KTAP version 1",
                 "1..1",
                 "    KTAP version 1",
-                "    # Subtest: rdma_drain_siw_srq",
+                "    # Subtest: rdma_drain_siw_srq_bound",
                 "    1..1",
                 "[   83.140198] INFO: task kunit_try_catch:1046 blocked for more than 20 seconds.",
                 "[   83.140247] Call Trace:",
@@ -229,7 +229,7 @@ class ResultsTest(unittest.TestCase):
                 f"[   83.140349]  {fn}+0xa9/0xf0 [ib_core]",
                 "[   83.140360]  </TASK>",
                 "    ok 1 without_last_wqe_reached_the_drain_returns_after_60_s",
-                "ok 1 rdma_drain_siw_srq",
+                "ok 1 rdma_drain_siw_srq_bound",
             ]
         run = results(_tmp_file("srq.log", _pass_log_with("ok 1 rdma_drain_rxe_faults", hung("ib_drain_qp_c"))))
         self.assertPassedFailed(run, 12, 0)

@@ -2,6 +2,11 @@
 
 #include <rdma/ib_verbs.h>
 
+__rust_helper bool rust_helper_ib_srq_has_cq(enum ib_srq_type srq_type)
+{
+	return ib_srq_has_cq(srq_type);
+}
+
 __rust_helper int rust_helper_ib_post_recv(struct ib_qp *qp,
 					   const struct ib_recv_wr *recv_wr,
 					   const struct ib_recv_wr **bad_recv_wr)

@@ -273,18 +273,17 @@ const fn keep_spinning(spun: Delta, reaped: i32) -> bool {
 
 // The spin ends at `DIRECT_SPIN` without progress, and at `DIRECT_SPIN_MAX`
 // however busy the CQ is: checked when ib_core is built.
-const _: () = {
-    let (spin, max) = (DIRECT_SPIN.as_nanos(), DIRECT_SPIN_MAX.as_nanos());
-    assert!(spin < max);
-    assert!(keep_spinning(Delta::from_nanos(0), 0));
-    assert!(keep_spinning(Delta::from_nanos(spin - 1), 0));
-    assert!(!keep_spinning(Delta::from_nanos(spin), 0));
-    assert!(!keep_spinning(Delta::from_nanos(max - 1), 0));
-    assert!(keep_spinning(Delta::from_nanos(spin), 1));
-    assert!(keep_spinning(Delta::from_nanos(max - 1), 16));
-    assert!(!keep_spinning(Delta::from_nanos(max), 1));
-    assert!(!keep_spinning(Delta::from_secs(10), 1));
-};
+const SPIN_NS: i64 = DIRECT_SPIN.as_nanos();
+const SPIN_MAX_NS: i64 = DIRECT_SPIN_MAX.as_nanos();
+static_assert!(SPIN_NS < SPIN_MAX_NS);
+static_assert!(keep_spinning(Delta::from_nanos(0), 0));
+static_assert!(keep_spinning(Delta::from_nanos(SPIN_NS - 1), 0));
+static_assert!(!keep_spinning(Delta::from_nanos(SPIN_NS), 0));
+static_assert!(!keep_spinning(Delta::from_nanos(SPIN_MAX_NS - 1), 0));
+static_assert!(keep_spinning(Delta::from_nanos(SPIN_NS), 1));
+static_assert!(keep_spinning(Delta::from_nanos(SPIN_MAX_NS - 1), 16));
+static_assert!(!keep_spinning(Delta::from_nanos(SPIN_MAX_NS), 1));
+static_assert!(!keep_spinning(Delta::from_secs(10), 1));
 
 /// Why a drain was refused. With the queue, one of C's `WARN_ONCE()` sites
 /// (send and recv queue: modify, post; shared recv queue: modify, no CQ), or

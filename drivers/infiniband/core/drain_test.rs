@@ -465,7 +465,6 @@ struct Setup {
     ports: KBox<[bindings::ib_port_data; 2]>,
     send_cq: KBox<bindings::ib_cq>,
     recv_cq: KBox<bindings::ib_cq>,
-    _wc: KBox<bindings::ib_wc>,
     srq: KBox<bindings::ib_srq>,
     qp: KBox<bindings::ib_qp>,
 }
@@ -478,7 +477,6 @@ impl Setup {
             ports: zeroed_box()?,
             send_cq: zeroed_box()?,
             recv_cq: zeroed_box()?,
-            _wc: zeroed_box()?,
             srq: zeroed_box()?,
             qp: zeroed_box()?,
         };
@@ -492,7 +490,6 @@ impl Setup {
         s.dev.ops.post_send = Some(fake_post_send);
         s.dev.ops.poll_cq = Some(fake_poll_cq);
         let dev: *mut bindings::ib_device = &mut *s.dev;
-        let wc: *mut bindings::ib_wc = &mut *s._wc;
         for (cq, ctx) in [
             (&mut s.send_cq, bindings::ib_poll_context_IB_POLL_SOFTIRQ),
             (&mut s.recv_cq, recv_ctx),
@@ -500,8 +497,8 @@ impl Setup {
             cq.device = dev;
             cq.poll_ctx = ctx;
             cq.cqe = 4;
-            // What ib_alloc_cq() allocates, and what the drain checks for.
-            cq.wc = wc;
+            // As ib_alloc_cq() marks its CQs: completions call their done.
+            cq.from_ib_alloc_cq = true;
         }
         s.qp.device = dev;
         s.qp.send_cq = &mut *s.send_cq;
@@ -750,8 +747,8 @@ mod srq_tests {
 /// without a WARN, and a wait that still ends.
 ///
 /// The WARN counts assume that this suite is the first to refuse drains in
-/// this instance of ib_core: the module is loaded right after ib_core
-/// (scripts/guest/init, reload.sh), or built in.
+/// this instance of ib_core: load the module before anything else drains,
+/// or build it in.
 #[kunit_tests(rdma_drain_unit_faults)]
 mod fault_tests {
     use super::*;
@@ -808,7 +805,8 @@ mod fault_tests {
         extern "C" {
             static mut ib_drain_ratelimit: bindings::ratelimit_state;
         }
-        // SAFETY: verbs.c defines it; `missed` is an `atomic_t`.
+        // SAFETY: verbs.c defines it and exports it with
+        // `EXPORT_SYMBOL_IF_KUNIT()`; `missed` is an `atomic_t`.
         let missed = || unsafe { bindings::atomic_read(&raw const ib_drain_ratelimit.missed) };
         let mut s = Setup::new(SOFTIRQ)?;
         FAKE.post_ret.store(-(bindings::ENOMEM as i32), SeqCst);
@@ -875,7 +873,7 @@ mod fault_tests {
     #[test]
     fn cq_not_from_ib_alloc_cq_is_refused_in_the_error_state() -> Result {
         // One WARN, one modify (to ERR), no post.
-        let refused = drain_rq_broken(|s| s.recv_cq.wc = null_mut())?;
+        let refused = drain_rq_broken(|s| s.recv_cq.from_ib_alloc_cq = false)?;
         assert_eq!(refused, (Some(1), 1, 0, QpState::Err));
         Ok(())
     }
@@ -923,7 +921,7 @@ mod fault_tests {
     #[test]
     fn drain_qp_drains_the_rq_after_the_sq_is_refused() -> Result {
         let mut s = Setup::new(SOFTIRQ)?;
-        s.send_cq.wc = null_mut();
+        s.send_cq.from_ib_alloc_cq = false;
         let qp = s.qp();
         // SAFETY: A valid fake QP; nothing else posts.
         let warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_qp(qp) });
@@ -945,7 +943,7 @@ mod fault_tests {
             if no_cq {
                 s.qp.recv_cq = null_mut();
             } else {
-                s.recv_cq.wc = null_mut();
+                s.recv_cq.from_ib_alloc_cq = false;
             }
             let qp = s.qp();
             // SAFETY: A valid fake QP; nothing else posts.

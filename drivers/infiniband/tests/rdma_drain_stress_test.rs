@@ -352,33 +352,33 @@ mod tests {
 /// waiting insmod on the way, as it would any ULP's (scripts/results.py
 /// expects it of this suite).
 ///
-/// The 60 s case is not on the debug kernel (KASAN): CI's time is short.
-/// The others are, so that lockdep sees siw raise the event.
+/// The 60 s case, a suite of its own (`rdma_drain_siw_srq_bound`), is not
+/// on the debug kernel (KASAN): CI's time is short. The others are, so that
+/// lockdep sees siw raise the event.
 #[cfg(CONFIG_INFINIBAND_DRAIN_C_REFERENCE)]
-#[kunit_tests(rdma_drain_siw_srq)]
-mod siw_srq_tests {
-    use super::*;
-    use crate::common::SIW;
-    use kernel::bindings;
-    use kernel::infiniband::{DeviceRef, OwnedSrq, QpState};
-    use kernel::kunit;
+mod siw_srq {
+    pub(super) use super::*;
+    pub(super) use crate::common::SIW;
+    pub(super) use kernel::bindings;
+    pub(super) use kernel::infiniband::{DeviceRef, OwnedSrq, QpState};
+    pub(super) use kernel::kunit;
     use kernel::time::{Instant, Monotonic};
 
     /// What a drain of a QP on an SRQ on siw showed, by C or by Rust.
     #[derive(Debug, PartialEq)]
-    struct SiwSrqDrain {
+    pub(super) struct SiwSrqDrain {
         /// The QP's state when `ib_drain_qp()` returned.
-        state: QpState,
+        pub(super) state: QpState,
         /// Last WQE Reached events the QP's owner saw.
-        last_wqe_events: u32,
+        pub(super) last_wqe_events: u32,
         /// Receives still on the SRQ: a QP that never connected took none.
-        left_on_srq: usize,
+        pub(super) left_on_srq: usize,
         /// Completions of the SRQ's receives: none.
-        completions: (u32, u32, u32),
+        pub(super) completions: (u32, u32, u32),
     }
 
     /// siw0 with a PD, a softirq CQ and an SRQ holding 4 receives.
-    struct Objects {
+    pub(super) struct Objects {
         srq: Arc<OwnedSrq<Counter>>,
         cq: Arc<OwnedCq>,
         pd: Arc<Pd>,
@@ -386,7 +386,7 @@ mod siw_srq_tests {
     }
 
     impl Objects {
-        fn new() -> Result<Self> {
+        pub(super) fn new() -> Result<Self> {
             let dev = SIW.device()?;
             let pd = Pd::alloc(&dev)?;
             let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Softirq)?;
@@ -403,7 +403,7 @@ mod siw_srq_tests {
         }
 
         /// An RC QP on the SRQ, in INIT.
-        fn qp(&self) -> Result<OwnedQp> {
+        pub(super) fn qp(&self) -> Result<OwnedQp> {
             let cfg = QpConfig {
                 send_depth: 1,
                 recv_depth: 0,
@@ -414,7 +414,11 @@ mod siw_srq_tests {
         }
 
         /// Runs `drain` on `qp`; what it left, and how long it took in ms.
-        fn drain(&self, qp: &mut OwnedQp, drain: fn(&mut OwnedQp)) -> Result<(SiwSrqDrain, i64)> {
+        pub(super) fn drain(
+            &self,
+            qp: &mut OwnedQp,
+            drain: fn(&mut OwnedQp),
+        ) -> Result<(SiwSrqDrain, i64)> {
             let start = Instant::<Monotonic>::now();
             drain(qp);
             let ms = start.elapsed().as_millis();
@@ -432,7 +436,7 @@ mod siw_srq_tests {
     /// option, `ib_drain_qp_c()`), of a QP with no work request of its own
     /// outstanding: the `OwnedQp` bookkeeping that its own drains do after the
     /// drain (`after_drain()`, waiting for slots in use) has nothing to wait for.
-    fn drain_qp_c(qp: &mut OwnedQp) {
+    pub(super) fn drain_qp_c(qp: &mut OwnedQp) {
         // `c_void`, as rdma_drain_bench.rs declares it: `ib_qp` reaches types
         // that are not FFI-safe, and the symbol has `ib_drain_qp()`'s C prototype.
         extern "C" {
@@ -445,19 +449,25 @@ mod siw_srq_tests {
     }
 
     /// Ours, the exported `ib_drain_qp()`.
-    fn drain_qp_rust(qp: &mut OwnedQp) {
+    pub(super) fn drain_qp_rust(qp: &mut OwnedQp) {
         qp.drain();
     }
 
     /// After the event, the drain only reaps the SRQ's CQ: well within 1 s.
-    const PROMPT_MS: i64 = 1000;
+    pub(super) const PROMPT_MS: i64 = 1000;
 
-    const AT_LAST_WQE_REACHED: SiwSrqDrain = SiwSrqDrain {
+    pub(super) const AT_LAST_WQE_REACHED: SiwSrqDrain = SiwSrqDrain {
         state: QpState::Err,
         last_wqe_events: 1,
         left_on_srq: 4,
         completions: (0, 0, 0),
     };
+}
+
+#[cfg(CONFIG_INFINIBAND_DRAIN_C_REFERENCE)]
+#[kunit_tests(rdma_drain_siw_srq)]
+mod siw_srq_tests {
+    use super::siw_srq::*;
 
     #[test]
     fn drain_qp_returns_at_last_wqe_reached_in_c_and_rust() -> Result {
@@ -510,9 +520,14 @@ mod siw_srq_tests {
         assert!(drained.1 < PROMPT_MS);
         Ok(())
     }
+}
+
+#[cfg(all(CONFIG_INFINIBAND_DRAIN_C_REFERENCE, not(CONFIG_KASAN)))]
+#[kunit_tests(rdma_drain_siw_srq_bound)]
+mod siw_srq_bound_tests {
+    use super::siw_srq::*;
 
     /// Last WQE Reached events kept from ib_core by `keep_last_wqe_reached`.
-    #[cfg(not(CONFIG_KASAN))]
     static KEPT: AtomicU32 = AtomicU32::new(0);
 
     /// The QP's event handler in place of ib_core's `__ib_qp_event_handler()`:
@@ -523,7 +538,6 @@ mod siw_srq_tests {
     ///
     /// `event` is a valid event of a valid QP, for the call (a provider's
     /// call of the QP's `event_handler`).
-    #[cfg(not(CONFIG_KASAN))]
     unsafe extern "C" fn keep_last_wqe_reached(
         event: *mut bindings::ib_event,
         _context: *mut core::ffi::c_void,
@@ -544,7 +558,6 @@ mod siw_srq_tests {
         }
     }
 
-    #[cfg(not(CONFIG_KASAN))]
     #[test]
     fn without_last_wqe_reached_the_drain_returns_after_60_s() -> Result {
         let o = Objects::new()?;

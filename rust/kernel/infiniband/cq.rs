@@ -160,13 +160,15 @@ impl Cq {
 
     /// Returns `true` if completions on this CQ call their `ib_cqe::done`.
     ///
-    /// Only CQs from `ib_alloc_cq()` do: that is the function that allocates the
-    /// polling array `wc`. A CQ from `ib_create_cq()` reports completions to its
-    /// own handler, so a drain marker posted to it would never complete.
+    /// Only CQs from `ib_alloc_cq()` do, and it marks them so
+    /// (`from_ib_alloc_cq`). A CQ from `ib_create_cq()` reports completions to
+    /// its own handler, so a drain marker posted to it would never complete.
     #[inline]
     pub fn calls_cqe_done(&self) -> bool {
-        // SAFETY: By the type invariant the CQ is valid.
-        !unsafe { (*self.as_raw()).wc }.is_null()
+        // SAFETY: By the type invariant the CQ is valid. The flag is zeroed
+        // at allocation (`rdma_zalloc_drv_obj()`), set by `__ib_alloc_cq()`
+        // before it returns the CQ, and never changed.
+        unsafe { (*self.as_raw()).from_ib_alloc_cq }
     }
 
     /// Polls up to `budget` completions (all if negative) and runs their `done`.
@@ -186,8 +188,9 @@ impl Cq {
 
     /// Fires the `cq_drain_complete` tracepoint for this CQ.
     ///
-    /// For ib_core's drain: the tracepoint is ib_core's and not exported, so
-    /// another module that calls this does not link.
+    /// For ib_core's drain: its Rust entry, `rust_do_trace_cq_drain_complete`,
+    /// is ib_core's and not exported, so another module that calls this does
+    /// not link.
     #[doc(hidden)]
     #[inline]
     pub fn trace_drain_complete(&self) {

@@ -430,18 +430,20 @@ impl<'a> RecvQueue<'a> {
     /// for the SRQ types that have one, the QP's receive CQ otherwise.
     #[inline]
     pub fn srq_cq(&self) -> Option<&'a Cq> {
-        // SAFETY: The QP is valid, and so is its SRQ when it has one.
-        let cq = unsafe {
-            let srq = (*self.qp.as_raw()).srq;
-            if srq.is_null() {
-                return None;
-            }
-            match (*srq).srq_type {
-                bindings::ib_srq_type_IB_SRQT_XRC | bindings::ib_srq_type_IB_SRQT_TM => {
-                    (*srq).ext.cq
-                }
-                _ => (*self.qp.as_raw()).recv_cq,
-            }
+        // SAFETY: The QP is valid.
+        let srq = unsafe { (*self.qp.as_raw()).srq };
+        if srq.is_null() {
+            return None;
+        }
+        // SAFETY: A QP's SRQ is valid while the QP is.
+        let srq_type = unsafe { (*srq).srq_type };
+        // SAFETY: `ib_srq_has_cq()` only compares its argument.
+        let cq = if unsafe { bindings::ib_srq_has_cq(srq_type) } {
+            // SAFETY: As above.
+            unsafe { (*srq).ext.cq }
+        } else {
+            // SAFETY: The QP is valid.
+            unsafe { (*self.qp.as_raw()).recv_cq }
         };
         // SAFETY: A CQ outlives the QPs and SRQs that use it.
         unsafe { Cq::from_raw_opt(cq) }
