@@ -66,6 +66,8 @@ struct Fake {
     polls: AtomicU32,
     /// `seq` at the first poll (0: none yet).
     first_poll_seq: AtomicU32,
+    /// The CQ of the last poll.
+    polled_cq: AtomicPtr<bindings::ib_cq>,
     /// Return the marker's completion from this poll on (0: never).
     complete_on_poll: AtomicU32,
     /// ... and not before this many ms after the first poll.
@@ -98,6 +100,7 @@ static FAKE: Fake = Fake {
     posted_has_next: AtomicBool::new(false),
     posted_opcode: AtomicU32::new(u32::MAX),
     posted_cqe: AtomicPtr::new(null_mut()),
+    polled_cq: AtomicPtr::new(null_mut()),
     complete_on_post: AtomicBool::new(false),
     polls: AtomicU32::new(0),
     first_poll_seq: AtomicU32::new(0),
@@ -145,6 +148,7 @@ impl Fake {
         self.posted_cqe.store(null_mut(), SeqCst);
         self.complete_on_post.store(true, SeqCst);
         self.trace_cq.store(null_mut(), SeqCst);
+        self.polled_cq.store(null_mut(), SeqCst);
         self.first_poll_ns.store(0, SeqCst);
     }
 
@@ -285,10 +289,11 @@ unsafe extern "C" fn fake_post_send(
 ///
 /// Called by the RDMA core or the tracepoint with valid arguments.
 unsafe extern "C" fn fake_poll_cq(
-    _cq: *mut bindings::ib_cq,
+    cq: *mut bindings::ib_cq,
     num_entries: i32,
     wc: *mut bindings::ib_wc,
 ) -> i32 {
+    FAKE.polled_cq.store(cq, SeqCst);
     let n = FAKE.polls.fetch_add(1, SeqCst) + 1;
     // SAFETY: Reads the clock; no preconditions.
     let now = unsafe { bindings::ktime_get() };
@@ -688,6 +693,27 @@ mod tests {
         assert_eq!(FAKE.post_recv_calls.load(SeqCst), 0);
         assert_eq!(FAKE.modify_calls.load(SeqCst), 2);
         assert!(FAKE.polls.load(SeqCst) >= 1);
+        // A basic SRQ has no CQ: its completions go to the QP's recv CQ.
+        assert_eq!(FAKE.polled_cq.load(SeqCst), &raw mut *s.recv_cq);
+        Ok(())
+    }
+
+    /// An SRQ type with a CQ of its own (XRC, tag matching): the SRQ path
+    /// reaps that CQ, not the QP's receive CQ (`ib_srq_has_cq()`).
+    #[test]
+    fn srq_path_reaps_the_srq_s_own_cq() -> Result {
+        let mut s = Setup::new(SOFTIRQ)?;
+        s.srq.srq_type = bindings::ib_srq_type_IB_SRQT_XRC;
+        // The SRQ's own CQ: the send CQ, which the send queue's drain does
+        // not poll (its marker completes in the post).
+        s.srq.ext.cq = &raw mut *s.send_cq;
+        s.qp.srq = &mut *s.srq;
+        // SAFETY: Initialized in `Setup::new`.
+        unsafe { bindings::complete(&mut s.qp.srq_completion) };
+        // SAFETY: A valid fake QP; nothing else posts.
+        unsafe { bindings::ib_drain_qp(s.qp()) };
+        assert!(FAKE.polls.load(SeqCst) >= 1);
+        assert_eq!(FAKE.polled_cq.load(SeqCst), &raw mut *s.send_cq);
         Ok(())
     }
 }
