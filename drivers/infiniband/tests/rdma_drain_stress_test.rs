@@ -9,8 +9,9 @@
 //! nothing is outstanding once both QPs of a pair are drained.
 //!
 //! And, loaded once (not again after ib_core's reload), a QP on an SRQ on
-//! siw, drained by C and by Rust, and the one long wait: the same drain
-//! without Last WQE Reached (`rdma_drain_siw_srq`).
+//! siw, drained by C and by Rust (`rdma_drain_siw_srq`), and the one long
+//! wait: the same drain without Last WQE Reached
+//! (`rdma_drain_siw_srq_bound`).
 
 use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use kernel::infiniband::{Cqe, GidAttr, OwnedCq, OwnedQp, Pd, PollContext, QpConfig};
