@@ -33,7 +33,7 @@ cat "$CACHE/logs/check-symbols.log" "$CACHE/logs/vcpus.log"
 # device, each ~11 s (a report every 5 s would print two lines each), and
 # the debug kernel's hung-task suite one more.
 stuck_rc=0
-n_stuck=$(tr -d '\r' <"$log" | grep -c 'ib_core: fake0: QP 0x42: recv drain waiting for 5 s on CQ 0, marker not reaped yet' || true)
+n_stuck=$(tr -d '\r' <"$log" | grep -c 'fake0: QP 0x42: recv drain waiting for 5 s on CQ 0, marker not reaped yet' || true)
 n_faults=$(tr -d '\r' <"$log" | grep -cE '# Subtest: rdma_drain_unit_faults$' || true)
 n_hung=$(tr -d '\r' <"$log" | grep -cE '# Subtest: rdma_drain_hung_task$' || true)
 echo "stuck drains: $n_stuck lines for $n_faults fault suite runs (2 each) and $n_hung hung-task runs (1 each)"
@@ -52,7 +52,7 @@ for why in 'send queue: -22: cannot move the QP to the error state' \
 	'shared recv queue: -22: its CQ is not from ib_alloc_cq()' \
 	'shared recv queue: -22: no CQ'; do
 	# No grep -q in a pipe: under pipefail, tr's SIGPIPE would fail it.
-	tr -d '\r' <"$log" | grep -F "ib_core: fake0: QP 0x42: failed to drain $why" >/dev/null || {
+	tr -d '\r' <"$log" | grep -F "fake0: QP 0x42: failed to drain $why" >/dev/null || {
 		echo "refusal line not found: $why"
 		refusal_rc=1
 	}

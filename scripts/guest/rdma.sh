@@ -132,21 +132,33 @@ trace_stacks_off() {
 	echo '!stacktrace' >$TRACE/events/rdma_core/cq_drain_complete/trigger
 }
 
+# What a drain by ib_drain_qp() has on its stack: ib_drain_qp() itself for
+# the send queue, but it ends with ib_drain_rq(), which the compiler makes a
+# tail call (C's drain compiles the same way), so the receive queue's drain
+# has ib_drain_rq() and the caller instead.
+QP_DRAIN='ib_drain_qp|ib_drain_rq'
+
 # drains_from FN...: how many traced cq_drain_complete events have a stack
-# that holds every function FN. A stacktrace entry follows its event on the
-# same CPU (ftrace merges the CPUs' buffers by time, so another CPU's
-# entries may come between): each is matched by its [CPU] field.
+# that holds every function FN; an FN of the form A|B is either. A
+# stacktrace entry follows its event on the same CPU (ftrace merges the
+# CPUs' buffers by time, so another CPU's entries may come between): each
+# is matched by its [CPU] field.
 drains_from() {
 	awk -v fns="$*" '
 		function cpu_of(i) {
 			for (i = 1; i <= NF; i++) if ($i ~ /^\[[0-9]+\]$/) return $i
 			return "?"
 		}
-		function finish(i, ok) {
+		function finish(i, j, ok, na, alt, hit) {
 			if (cur == "") return
 			if (pend[cur]) {
 				ok = 1
-				for (i = 1; i <= nf; i++) if (!(f[i] in st)) ok = 0
+				for (i = 1; i <= nf; i++) {
+					na = split(f[i], alt, "|")
+					hit = 0
+					for (j = 1; j <= na; j++) if (alt[j] in st) hit = 1
+					if (!hit) ok = 0
+				}
 				hits += ok
 				pend[cur] = 0
 			}
@@ -193,7 +205,7 @@ drains_exactly() {
 # refusals: how many drain refusals ib_core has logged (they fire the
 # tracepoint too, so a drain count alone cannot tell them from drains).
 refusals() {
-	dmesg | grep -cE 'ib_core: .*failed to drain|ib_drain: [0-9]+ callbacks suppressed'
+	dmesg | grep -cE ': QP 0x[0-9a-f]+: failed to drain|ib_drain: [0-9]+ callbacks suppressed'
 }
 
 # no_refusals_since N: no refusal was logged after refusals said N.

@@ -1,59 +1,115 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Queue pair drain: `ib_drain_rq()`, `ib_drain_sq()` and `ib_drain_qp()`.
+//! Queue pair drain: `ib_drain_sq()`, `ib_drain_rq()` and `ib_drain_qp()`.
 //!
-//! A drain moves the QP to the error state, so that the provider flushes every
-//! outstanding work request, then posts a marker work request behind them and
-//! waits until the consumer has reaped the marker's completion: completions
-//! are reaped in order, so every earlier one has been consumed by then.
+//! A drain moves the QP to the error state, so that the provider flushes
+//! every outstanding work request, then posts a marker work request behind
+//! them and blocks until the consumer has reaped the marker's completion:
+//! completions are reaped in order, so every earlier one has been consumed
+//! by then. The receive side of a QP on an SRQ has no queue of its own to
+//! post on: it waits for the Last WQE Reached event instead, then reaps the
+//! CQ.
 //!
-//! The C callers' contract (kernel-doc of `ib_drain_rq()`): the CQ and the
-//! work queue have room for the marker, the CQ comes from `ib_alloc_cq()`, and
-//! nobody else posts during the drain. The last rule is why the drain takes the
-//! work queue's posting token by `&mut`.
+//! This is the C drain of verbs.c, function by function, with its C
+//! prototypes, exports and callers' contract.
 //!
-//! A full CQ drops completions, the marker's too (rxe raises a CQ error
-//! event): no drain can then finish, and returning would free the marker under
-//! the provider, so the drain keeps waiting, as the C drain does. After
-//! [`STUCK_REPORT_SECS`] it prints one line naming the device, QP, queue and
-//! CQ (no WARN: `panic_on_warn` must not turn a slow provider into a crash),
-//! then sleeps on untimed, so that the hung-task detector reports it as it
-//! reports the C drain (a direct CQ's drainer polls on in C's 100 ms slices,
-//! which the detector does not see, as with C). Rust callers cannot get there:
-//! `kernel::infiniband::OwnedQp` reserves CQ room for its queues and their
-//! markers, and refuses posts beyond a queue's depth.
+//! A drain whose contract is broken is refused, as at C's `WARN_ONCE()`s,
+//! and where C would hang or crash: the QP is moved to the error state
+//! first, as C does, and no marker is posted that could not be waited for.
+//! Each refusal prints a line naming the device, QP, queue, errno and
+//! reason, through the kernel's rate limiter; the first at each call site
+//! WARNs, as C's `WARN_ONCE()`.
 //!
-//! A drain whose contract is broken is refused, as C's `WARN_ONCE()`s do, and
-//! where C would hang or crash: the QP is moved to the error state first, as
-//! C does, and no marker is posted that could not be waited for. The first
-//! refusal of each queue and reason WARNs, after a line naming the device,
-//! QP, reason and errno; later ones print that line through the kernel's rate
-//! limiter.
+//! A full CQ drops completions, the marker's too: no drain can then finish,
+//! and returning would free the marker under the provider, so the drain
+//! keeps waiting, as C's does. After [`STUCK_REPORT_SECS`] it prints one
+//! line naming the device, QP, queue and CQ (not a WARN: `panic_on_warn`
+//! must not turn a slow provider into a crash), then waits on as C does, so
+//! that the hung-task detector reports it as it reports C's.
+//!
+//! Nobody else polls a direct CQ: the drainer reaps it itself, in a short
+//! spin right after the post, then between sleeps that grow from 16 us to
+//! 16 ms, where C sleeps in 100 ms slices ([`reap_direct`]).
 
-use kernel::infiniband::{DrainMarker, PollContext, Qp, RecvQueue, WorkQueue};
-use kernel::prelude::*;
-use kernel::processor::cpu_relax;
-use kernel::sync::atomic::{Atomic, Relaxed};
-use kernel::task::might_sleep;
-use kernel::time::{delay::fsleep, Delta, Instant, Jiffies, Monotonic};
+use core::ffi::{c_int, c_void};
+use core::fmt;
+use kernel::{
+    bindings, container_of,
+    prelude::*,
+    print::OnceLite,
+    processor::cpu_relax,
+    sync::Completion,
+    task::might_sleep,
+    time::{delay::fsleep, Delta, Instant, Monotonic},
+    types::Opaque,
+};
 use pin_init::stack_pin_init;
 
 // Benchmark only: `bench_switch!` (`CONFIG_INFINIBAND_DRAIN_SWITCH`).
 #[macro_use]
 mod drain_switch;
 
-/// Prefix of this object's messages (it is part of ib_core, not a module of its own).
-const __LOG_PREFIX: &[u8] = b"ib_core\0";
+/// `HZ`: the bindings' `HZ` is the uapi one.
+const HZ: kernel::time::Jiffies = bindings::CONFIG_HZ as kernel::time::Jiffies;
 
-/// How long a drain waits before it says so, once.
-const STUCK_REPORT_SECS: u32 = 5;
-const STUCK_REPORT_JIFFIES: Jiffies = secs_to_jiffies(STUCK_REPORT_SECS);
-
-/// `secs` in jiffies, at build time as C's `secs * HZ` (`msecs_to_jiffies()`
-/// is a call). `CONFIG_HZ`: the bindings' `HZ` is the uapi one.
-const fn secs_to_jiffies(secs: u32) -> Jiffies {
-    (secs * kernel::bindings::CONFIG_HZ) as Jiffies
+/// C's `WARN_ONCE(1, ...)`: warns with the message the first time this
+/// line is reached.
+macro_rules! warn_once {
+    ($($arg:tt)+) => {{
+        #[link_section = ".data..once"]
+        static ONCE: OnceLite = OnceLite::new();
+        ONCE.call_once(|| kernel::warn!($($arg)+));
+    }};
 }
+
+/// Refuses a drain of `$qp`'s `$queue` queue, for `$why`, with errno `$err`:
+/// a line naming the device and QP, through the kernel's rate limiter, and
+/// the first time at this call site a WARN, as C's `WARN_ONCE()`.
+macro_rules! refuse {
+    ($qp:expr, $queue:literal, $err:expr, $why:literal) => {{
+        let err: c_int = $err;
+        // SAFETY: The drain's QP is valid.
+        unsafe {
+            refused(
+                $qp,
+                format_args!(
+                    concat!("failed to drain ", $queue, " queue: {}: ", $why, "\n"),
+                    err
+                ),
+            )
+        };
+        warn_once!(
+            concat!("failed to drain ", $queue, " queue: {}: ", $why, "\n"),
+            err
+        );
+    }};
+}
+
+extern "C" {
+    /// The limit of refusal lines: printk's default (verbs.c).
+    static mut ib_drain_ratelimit: bindings::ratelimit_state;
+}
+
+/// Prints the line of a refused drain of `qp`, if the kernel's rate limiter
+/// lets it through.
+///
+/// # Safety
+///
+/// `qp` must be a valid QP.
+unsafe fn refused(qp: *mut bindings::ib_qp, args: fmt::Arguments<'_>) {
+    // SAFETY: verbs.c defines the state, initialized; `___ratelimit()` takes
+    // its lock. The name is a NUL-terminated static string.
+    let print =
+        unsafe { bindings::___ratelimit(&raw mut ib_drain_ratelimit, c"ib_drain".as_ptr().cast()) }
+            != 0;
+    if print {
+        // SAFETY: The caller guarantees a valid QP.
+        unsafe { qp_warn(qp, args) };
+    }
+}
+
+/// How long a drain waits for its marker before it says so, once.
+const STUCK_REPORT_SECS: u32 = 5;
 
 /// A direct CQ is polled without sleeping for this long after the post (a
 /// flush the provider has queued usually lands within it; a sleep would add
@@ -61,8 +117,7 @@ const fn secs_to_jiffies(secs: u32) -> Jiffies {
 const DIRECT_SPIN: Delta = Delta::from_micros(256);
 /// ... and on while each poll reaps something (the flush is landing), up to
 /// this. Without progress the spin ends at [`DIRECT_SPIN`]; a flush that
-/// needs this very CPU waits at most [`DIRECT_SPIN_MAX`] (any completion on
-/// the CQ counts as progress).
+/// needs this very CPU waits at most [`DIRECT_SPIN_MAX`].
 const DIRECT_SPIN_MAX: Delta = Delta::from_millis(1);
 /// `cpu_relax()`es between two polls of the spin: the poll takes the CQ's
 /// lock, which the provider's flush takes for each completion.
@@ -73,177 +128,138 @@ const DIRECT_SLEEP_MIN_US: i64 = 16;
 const DIRECT_SHORT_SLEEPS: Delta = Delta::from_millis(5);
 /// ... and then twice as long each time, up to this (C sleeps 100 ms).
 const DIRECT_SLEEP_MAX_US: i64 = 16_384;
-/// Once reported stuck, a direct drain waits for its marker in C's slices.
-const DIRECT_STUCK_JIFFIES: Jiffies = secs_to_jiffies(1) / 10;
 
-/// Blocks until all receive completions of `qp` have been consumed.
-///
-/// # Safety
-///
-/// `qp` must be a valid QP, and no other context may post receives on it
-/// until this returns. The rest of the C drain's contract (room for the
-/// marker in the queue and its CQ; a direct CQ may be reaped here) is
-/// assumed, as C assumes it.
-#[export]
-pub unsafe extern "C" fn ib_drain_rq(qp: *mut kernel::bindings::ib_qp) {
-    might_sleep();
-    bench_switch!(qp, ib_drain_rq_c);
-    // SAFETY: The caller guarantees a valid QP and exclusive posting, and
-    // keeps the rest of the drain's contract.
-    unsafe { drain(&mut Qp::from_raw(qp).recv_queue()) };
-}
+const EINVAL: c_int = -(bindings::EINVAL as c_int);
 
-/// Blocks until all send completions of `qp` have been consumed.
-///
-/// # Safety
-///
-/// `qp` must be a valid QP, and no other context may post sends on it until
-/// this returns. The rest as for [`ib_drain_rq`].
-#[export]
-pub unsafe extern "C" fn ib_drain_sq(qp: *mut kernel::bindings::ib_qp) {
-    might_sleep();
-    bench_switch!(qp, ib_drain_sq_c);
-    // SAFETY: As in `ib_drain_rq`, for the send queue.
-    unsafe { drain(&mut Qp::from_raw(qp).send_queue()) };
-}
+#[expect(
+    clippy::macro_metavars_in_unsafe,
+    reason = "declare_trace! passes its arguments inside an unsafe block"
+)]
+mod trace {
+    use kernel::bindings;
 
-/// Blocks until all completions of `qp`, send and receive, have been consumed.
-///
-/// # Safety
-///
-/// As for [`ib_drain_rq`] and [`ib_drain_sq`] together. On a QP with an SRQ,
-/// the drain may reap the SRQ's CQ beside its poller, as C's does.
-#[export]
-pub unsafe extern "C" fn ib_drain_qp(qp: *mut kernel::bindings::ib_qp) {
-    might_sleep();
-    bench_switch!(qp, ib_drain_qp_c);
-    // SAFETY: The caller guarantees a valid QP and exclusive posting on both
-    // queues, and keeps the rest of the drain's contract.
-    unsafe {
-        let qp = Qp::from_raw(qp);
-        drain(&mut qp.send_queue());
-        if qp.has_srq() {
-            drain_srq(&mut qp.recv_queue());
-        } else {
-            drain(&mut qp.recv_queue());
-        }
+    kernel::declare_trace! {
+        /// # Safety
+        ///
+        /// `cq` must be a valid CQ.
+        pub(super) unsafe fn cq_drain_complete(cq: *const bindings::ib_cq);
     }
 }
 
-/// Drains one work queue, with the provider's drain if it has one.
-///
-/// # Safety
-///
-/// The C drain's contract: the queue and its CQ have room for the marker, and
-/// a CQ that `drain_generic` does not refuse may be polled here if it is
-/// direct. (The provider's op is called as C calls it, without the checks
-/// `drain_generic` makes: the provider owns that path.)
-unsafe fn drain<'a, Q: WorkQueue<'a>>(q: &mut Q) {
-    // SAFETY: The caller keeps the C drain's contract.
-    if !unsafe { q.provider_drain() } {
-        // SAFETY: As above.
-        unsafe { drain_generic(q) };
-    }
-    if let Some(cq) = q.cq() {
-        cq.trace_drain_complete();
+/// The marker (C's `struct ib_drain_cqe`): an `ib_cqe` whose `done`
+/// completes `done`.
+#[pin_data]
+struct DrainCqe {
+    #[pin]
+    cqe: Opaque<bindings::ib_cqe>,
+    #[pin]
+    done: Completion,
+}
+
+impl DrainCqe {
+    fn new() -> impl PinInit<Self> {
+        pin_init!(Self {
+            cqe: Opaque::new(bindings::ib_cqe {
+                done: Some(ib_drain_qp_done),
+            }),
+            done <- Completion::new(),
+        })
     }
 }
 
-/// The drain of a queue without the provider's op: see the module docs.
+/// Runs in the CQ's poll context when the marker's completion is reaped.
 ///
 /// # Safety
 ///
-/// As for [`drain`].
-unsafe fn drain_generic<'a, Q: WorkQueue<'a>>(q: &mut Q) {
-    let qp = q.qp();
-    // As C: the error state first, whatever is refused after it.
-    if let Err(e) = qp.set_error_state() {
-        refuse(qp, Q::NAME, Why::Modify, e);
-        return;
-    }
-    // C's post would fail: no queue of its own to post a marker on.
-    if q.is_shared() {
-        refuse(qp, Q::NAME, Why::OnSrq, EINVAL);
-        return;
-    }
-    // C would dereference a NULL CQ.
-    let Some(cq) = q.cq() else {
-        refuse(qp, Q::NAME, Why::NoCq, EINVAL);
-        return;
+/// `wc` must be a valid work completion whose `wr_cqe` is the `cqe` of a
+/// live [`DrainCqe`].
+unsafe extern "C" fn ib_drain_qp_done(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
+    // SAFETY: The caller guarantees that `wc` is valid.
+    let cqe = unsafe { (*wc).__bindgen_anon_1.wr_cqe }.cast::<Opaque<bindings::ib_cqe>>();
+    // SAFETY: `cqe` is the `cqe` field of a live `DrainCqe`.
+    let drain = unsafe { container_of!(cqe, DrainCqe, cqe) };
+    // SAFETY: The drainer does not return before `done` has completed, so
+    // the marker is live; `complete_all()` takes `done`'s lock, which its
+    // waiter takes before it returns.
+    unsafe { (*drain).done.complete_all() };
+}
+
+/// Moves `qp` to the error state.
+///
+/// # Safety
+///
+/// `qp` must be a valid QP.
+unsafe fn modify_to_err(qp: *mut bindings::ib_qp) -> c_int {
+    let mut attr = bindings::ib_qp_attr {
+        qp_state: bindings::ib_qp_state_IB_QPS_ERR,
+        ..Default::default()
     };
-    // The marker's completion must reach `DrainMarker`'s `done`, which only
-    // ib_alloc_cq() CQs call; C would post and wait forever.
-    if !cq.calls_cqe_done() {
-        refuse(qp, Q::NAME, Why::CqNotAllocated, EINVAL);
-        return;
-    }
-
-    stack_pin_init!(let marker = DrainMarker::new());
-    // SAFETY: The caller keeps the C drain's contract; the CQ was checked.
-    if let Err(e) = unsafe { q.post_marker(marker.as_ref()) } {
-        refuse(qp, Q::NAME, Why::Post, e);
-        return;
-    }
-
-    // From here on the provider points at `marker`: never return before it
-    // completed (`DrainMarker`'s drop would wait too).
-    if cq.poll_context() == Some(PollContext::Direct) {
-        // SAFETY: A direct CQ from ib_alloc_cq() (checked above): its
-        // completions are ours to reap, here.
-        unsafe { reap_direct(q, marker.as_ref()) };
-        return;
-    }
-    if !marker.as_ref().wait_timeout(STUCK_REPORT_JIFFIES) {
-        report_stuck(qp, Q::NAME, cq.id());
-        marker.as_ref().wait();
+    // SAFETY: The caller guarantees a valid QP; `attr` is valid for the mask.
+    unsafe {
+        bindings::ib_modify_qp(
+            qp,
+            &mut attr,
+            bindings::ib_qp_attr_mask_IB_QP_STATE as c_int,
+        )
     }
 }
 
-/// Says, once, that a drain of `qp`'s `queue` has waited
-/// [`STUCK_REPORT_SECS`] for its marker on CQ `cq_id`. Not a WARN:
-/// `panic_on_warn` must not turn a slow provider into a crash.
-fn report_stuck(qp: &Qp, queue: &str, cq_id: u32) {
-    pr_warn!(
-        "{}: QP {:#x}: {queue} drain waiting for {STUCK_REPORT_SECS} s on CQ {cq_id}, \
-         marker not reaped yet\n",
-        qp.device().name(),
-        qp.qp_num()
-    );
+/// Blocks until the completion of `drain`, posted on `qp`'s `queue`, has
+/// been reaped on `cq`. A direct CQ is polled here. After
+/// [`STUCK_REPORT_SECS`], says so once.
+///
+/// # Safety
+///
+/// `qp` and `cq` must be valid.
+unsafe fn wait_for_marker(
+    qp: *mut bindings::ib_qp,
+    queue: &str,
+    cq: *mut bindings::ib_cq,
+    drain: &DrainCqe,
+) {
+    // SAFETY: The caller guarantees a valid CQ.
+    if unsafe { (*cq).poll_ctx } == bindings::ib_poll_context_IB_POLL_DIRECT {
+        // SAFETY: The caller guarantees a valid QP and CQ.
+        unsafe { reap_direct(qp, queue, cq, drain) };
+    } else if !drain
+        .done
+        .wait_for_completion_timeout(STUCK_REPORT_SECS as kernel::time::Jiffies * HZ)
+    {
+        // SAFETY: As above.
+        unsafe { report_stuck(qp, queue, cq) };
+        drain.done.wait_for_completion();
+    }
 }
 
-/// Reaps a direct CQ until `marker`, posted on `q`, is done: no CQ poller
-/// does it for us. Never returns before that.
+/// Reaps the direct CQ `cq` until `drain` is done: nobody else polls it.
 ///
 /// The provider's flush usually lands within a few hundred microseconds of
 /// the post, so the CQ is polled in a loop for [`DIRECT_SPIN`] (longer while
 /// the flush is landing), then after sleeps of [`DIRECT_SLEEP_MIN_US`] for
-/// [`DIRECT_SHORT_SLEEPS`], then with back-off, instead of in 100 ms slices
-/// like C. It does not spin longer: the flush may wait for this very CPU.
-/// After [`STUCK_REPORT_SECS`] it says so once, as a drain that sleeps does,
-/// and then does as C does: waits for the marker up to 100 ms (another
-/// poller of the CQ may reap it), polls, and so on.
+/// [`DIRECT_SHORT_SLEEPS`], then with back-off, instead of in C's 100 ms
+/// slices. It does not spin longer: the flush may wait for this very CPU.
+/// After [`STUCK_REPORT_SECS`] it says so once, and then does as C does:
+/// waits for the marker up to 100 ms (another poller may reap it), polls,
+/// and so on.
 ///
 /// # Safety
 ///
-/// `q`'s CQ must be a direct CQ from `ib_alloc_cq()`, whose completions the
-/// caller may reap here.
-unsafe fn reap_direct<'a, Q: WorkQueue<'a>>(q: &mut Q, marker: Pin<&DrainMarker>) {
+/// `qp` and `cq` must be valid, and `cq` a direct CQ.
+unsafe fn reap_direct(
+    qp: *mut bindings::ib_qp,
+    queue: &str,
+    cq: *mut bindings::ib_cq,
+    drain: &DrainCqe,
+) {
     let start = Instant::<Monotonic>::now();
-    let mut sleep_us = DIRECT_SLEEP_MIN_US;
     let stuck = Delta::from_secs(STUCK_REPORT_SECS.into());
-    let mut reported = false;
+    let mut sleep_us = DIRECT_SLEEP_MIN_US;
     loop {
-        // SAFETY: The caller guarantees that the CQ may be reaped here.
-        let reaped = unsafe { q.poll_cq() };
-        if marker.is_done() {
+        // SAFETY: The caller guarantees a valid direct CQ, polled by its
+        // user, here.
+        let reaped = unsafe { bindings::ib_process_cq_direct(cq, -1) };
+        if drain.done.completion_done() {
             return;
-        }
-        if reported {
-            // C's loop: the wait ends early if another poller reaps it.
-            if marker.wait_timeout(DIRECT_STUCK_JIFFIES) {
-                return;
-            }
-            continue;
         }
         if keep_spinning(start.elapsed(), reaped) {
             for _ in 0..DIRECT_SPIN_RELAX {
@@ -257,9 +273,14 @@ unsafe fn reap_direct<'a, Q: WorkQueue<'a>>(q: &mut Q, marker: Pin<&DrainMarker>
             sleep_us = (sleep_us * 2).min(DIRECT_SLEEP_MAX_US);
         }
         if waited >= stuck {
-            reported = true;
-            report_stuck(q.qp(), Q::NAME, q.cq().map_or(0, |cq| cq.id()));
+            break;
         }
+    }
+    // SAFETY: The caller guarantees a valid QP and CQ.
+    unsafe { report_stuck(qp, queue, cq) };
+    while !drain.done.wait_for_completion_timeout(HZ / 10) {
+        // SAFETY: As above.
+        unsafe { bindings::ib_process_cq_direct(cq, -1) };
     }
 }
 
@@ -285,108 +306,338 @@ static_assert!(keep_spinning(Delta::from_nanos(SPIN_MAX_NS - 1), 16));
 static_assert!(!keep_spinning(Delta::from_nanos(SPIN_MAX_NS), 1));
 static_assert!(!keep_spinning(Delta::from_secs(10), 1));
 
-/// Why a drain was refused. With the queue, one of C's `WARN_ONCE()` sites
-/// (send and recv queue: modify, post; shared recv queue: modify, no CQ), or
-/// a case where C would dereference NULL (no CQ), hang (a CQ not from
-/// `ib_alloc_cq()`; on an SRQ, jump to its `wr_id`) or post in vain (an SRQ).
-#[derive(Clone, Copy)]
-enum Why {
-    Modify,
-    OnSrq,
-    NoCq,
-    CqNotAllocated,
-    Post,
+/// Says that a drain of `qp`'s `queue` has waited [`STUCK_REPORT_SECS`] for
+/// its marker on `cq`. Not a WARN: `panic_on_warn` must not turn a slow
+/// provider into a crash.
+///
+/// # Safety
+///
+/// `qp` and `cq` must be valid.
+unsafe fn report_stuck(qp: *mut bindings::ib_qp, queue: &str, cq: *mut bindings::ib_cq) {
+    // SAFETY: The caller guarantees a valid CQ.
+    let cq_id = unsafe { (*cq).res.id };
+    // SAFETY: The caller guarantees a valid QP.
+    unsafe {
+        qp_warn(
+            qp,
+            format_args!(
+                "{queue} drain waiting for {STUCK_REPORT_SECS} s on CQ {cq_id}, \
+                 marker not reaped yet\n"
+            ),
+        )
+    };
 }
 
-impl kernel::fmt::Display for Why {
-    fn fmt(&self, f: &mut kernel::fmt::Formatter<'_>) -> kernel::fmt::Result {
-        match self {
-            Why::Modify => f.write_str("cannot move the QP to the error state"),
-            Why::OnSrq => f.write_str("its receives come from an SRQ, drain it with ib_drain_qp()"),
-            Why::NoCq => f.write_str("no CQ"),
-            Why::CqNotAllocated => f.write_str("its CQ is not from ib_alloc_cq()"),
-            Why::Post => f.write_str("cannot post the marker"),
+/// Prints a warning about `qp` as `ibdev_warn()` does: the device's name,
+/// then "QP <number>: " and `args`.
+///
+/// # Safety
+///
+/// `qp` must be a valid QP.
+unsafe fn qp_warn(qp: *mut bindings::ib_qp, args: fmt::Arguments<'_>) {
+    // SAFETY: The caller guarantees a valid QP, whose device is valid;
+    // `%pA` takes a pointer to a `fmt::Arguments`, valid for the call.
+    unsafe {
+        bindings::ibdev_warn(
+            (*qp).device,
+            c"QP %#x: %pA".as_ptr().cast(),
+            (*qp).qp_num,
+            core::ptr::from_ref(&args).cast::<c_void>(),
+        )
+    };
+}
+
+/// Why a drain cannot wait for a marker on a CQ.
+enum BadCq {
+    /// No CQ: C would dereference NULL.
+    None,
+    /// Not from `ib_alloc_cq()`: the marker's `done` would never run, and C
+    /// would wait forever.
+    NotAllocated,
+}
+
+/// Checks that a marker's completion on `cq` would complete the marker.
+///
+/// # Safety
+///
+/// `cq` must be a valid CQ, or NULL.
+unsafe fn check_cq(cq: *mut bindings::ib_cq) -> Result<(), BadCq> {
+    if cq.is_null() {
+        return Err(BadCq::None);
+    }
+    // SAFETY: The caller guarantees a valid CQ. ib_alloc_cq() sets the flag
+    // before it returns the CQ; nothing changes it.
+    if !unsafe { (*cq).from_ib_alloc_cq } {
+        return Err(BadCq::NotAllocated);
+    }
+    Ok(())
+}
+
+/// Posts a marker on the send queue and blocks until its completion is
+/// reaped.
+///
+/// # Safety
+///
+/// `qp` must be a valid QP.
+unsafe fn __ib_drain_sq(qp: *mut bindings::ib_qp) {
+    // SAFETY: The caller guarantees a valid QP.
+    let cq = unsafe { (*qp).send_cq };
+
+    // SAFETY: As above.
+    let ret = unsafe { modify_to_err(qp) };
+    if ret != 0 {
+        refuse!(qp, "send", ret, "cannot move the QP to the error state");
+        return;
+    }
+    // SAFETY: The CQ, if any, is valid.
+    if let Err(why) = unsafe { check_cq(cq) } {
+        match why {
+            BadCq::None => refuse!(qp, "send", EINVAL, "no CQ"),
+            BadCq::NotAllocated => refuse!(qp, "send", EINVAL, "its CQ is not from ib_alloc_cq()"),
+        }
+        return;
+    }
+
+    stack_pin_init!(let sdrain = DrainCqe::new());
+    let mut swr = bindings::ib_rdma_wr::default();
+    swr.wr.__bindgen_anon_1.wr_cqe = sdrain.cqe.get();
+    swr.wr.opcode = bindings::ib_wr_opcode_IB_WR_RDMA_WRITE;
+
+    // SAFETY: The QP and `swr` are valid. The marker is pinned, and once
+    // posted it is not dropped before its completion: this function does not
+    // return before then.
+    let ret = unsafe { bindings::ib_post_send(qp, &swr.wr, core::ptr::null_mut()) };
+    if ret != 0 {
+        refuse!(qp, "send", ret, "cannot post the marker");
+        return;
+    }
+
+    // SAFETY: The QP is valid, and the CQ was checked above.
+    unsafe { wait_for_marker(qp, "send", cq, &sdrain) };
+}
+
+/// Posts a marker on the receive queue and blocks until its completion is
+/// reaped.
+///
+/// # Safety
+///
+/// `qp` must be a valid QP.
+unsafe fn __ib_drain_rq(qp: *mut bindings::ib_qp) {
+    // SAFETY: The caller guarantees a valid QP.
+    let cq = unsafe { (*qp).recv_cq };
+
+    // SAFETY: As above.
+    let ret = unsafe { modify_to_err(qp) };
+    if ret != 0 {
+        refuse!(qp, "recv", ret, "cannot move the QP to the error state");
+        return;
+    }
+    // SAFETY: As above. A QP on an SRQ has no receive queue to post on:
+    // depending on the provider, C's post fails, or waits forever.
+    if !unsafe { (*qp).srq }.is_null() {
+        refuse!(
+            qp,
+            "recv",
+            EINVAL,
+            "its receives come from an SRQ, drain it with ib_drain_qp()"
+        );
+        return;
+    }
+    // SAFETY: The CQ, if any, is valid.
+    if let Err(why) = unsafe { check_cq(cq) } {
+        match why {
+            BadCq::None => refuse!(qp, "recv", EINVAL, "no CQ"),
+            BadCq::NotAllocated => refuse!(qp, "recv", EINVAL, "its CQ is not from ib_alloc_cq()"),
+        }
+        return;
+    }
+
+    stack_pin_init!(let rdrain = DrainCqe::new());
+    let mut rwr = bindings::ib_recv_wr::default();
+    rwr.__bindgen_anon_1.wr_cqe = rdrain.cqe.get();
+
+    // SAFETY: As in `__ib_drain_sq()`, for the receive queue.
+    let ret = unsafe { bindings::ib_post_recv(qp, &rwr, core::ptr::null_mut()) };
+    if ret != 0 {
+        refuse!(qp, "recv", ret, "cannot post the marker");
+        return;
+    }
+
+    // SAFETY: The QP is valid, and the CQ was checked above.
+    unsafe { wait_for_marker(qp, "recv", cq, &rdrain) };
+}
+
+/// Blocks until the Last WQE Reached event of a QP on an SRQ arrives, or
+/// 60 s have passed, then reaps the CQ until it is empty.
+///
+/// This is the first option of the IB specification (10.3.1, Queue Pair and
+/// EE Context States) for a QP on an SRQ: put the QP in the error state,
+/// wait for the Affiliated Asynchronous Last WQE Reached Event, then poll
+/// the CQ until it is empty or the number of polls has reached its
+/// capacity.
+///
+/// # Safety
+///
+/// `qp` must be a valid QP.
+unsafe fn __ib_drain_srq(qp: *mut bindings::ib_qp) {
+    // SAFETY: The caller guarantees a valid QP.
+    let (srq, qp_num) = unsafe { ((*qp).srq, (*qp).qp_num) };
+    if srq.is_null() {
+        warn_once!("QP {qp_num:#x} is not associated with SRQ\n");
+        return;
+    }
+
+    // SAFETY: As above.
+    let ret = unsafe { modify_to_err(qp) };
+    if ret != 0 {
+        refuse!(
+            qp,
+            "shared recv",
+            ret,
+            "cannot move the QP to the error state"
+        );
+        return;
+    }
+
+    // SAFETY: The QP and its SRQ are valid.
+    let (has_cq, srq_cq, recv_cq) = unsafe {
+        (
+            bindings::ib_srq_has_cq((*srq).srq_type),
+            (*srq).ext.cq,
+            (*qp).recv_cq,
+        )
+    };
+    let cq = if has_cq {
+        srq_cq
+    } else if !recv_cq.is_null() {
+        recv_cq
+    } else {
+        refuse!(qp, "shared recv", EINVAL, "no CQ");
+        return;
+    };
+    // Polling runs each completion's `ib_cqe::done`, which only CQs from
+    // ib_alloc_cq() have: C would call whatever `wr_id` holds.
+    // SAFETY: `cq` is valid.
+    if unsafe { check_cq(cq) }.is_err() {
+        refuse!(
+            qp,
+            "shared recv",
+            EINVAL,
+            "its CQ is not from ib_alloc_cq()"
+        );
+        return;
+    }
+
+    // SAFETY: The QP is valid; ib_core initializes `srq_completion` when it
+    // creates the QP and completes it on the QP's Last WQE Reached event.
+    let reached =
+        unsafe { bindings::wait_for_completion_timeout(&raw mut (*qp).srq_completion, 60 * HZ) }
+            > 0;
+    if reached {
+        // SAFETY: `cq` is the valid CQ of the QP's receives.
+        let cqe = unsafe { (*cq).cqe };
+        let mut polled = 0;
+        while polled != cqe {
+            // SAFETY: As above; the drain reaps it as C's does.
+            let n = unsafe { bindings::ib_process_cq_direct(cq, cqe - polled) };
+            if n == 0 {
+                return;
+            }
+            polled += n;
         }
     }
 }
 
-/// The queues a drain refuses, as its messages name them.
-const QUEUES: [&str; 3] = ["send", "recv", "shared recv"];
-
-/// Which site (queue and reason) has WARNed: each does once, as C's
-/// `WARN_ONCE()`, and, as its flags, in `.data..once` (which
-/// `/sys/kernel/debug/clear_warn_once` re-arms in a built-in ib_core).
-#[link_section = ".data..once"]
-static WARNED: [Atomic<bool>; QUEUES.len() * WHYS] =
-    [const { Atomic::new(false) }; QUEUES.len() * WHYS];
-const WHYS: usize = Why::Post as usize + 1;
-
-extern "C" {
-    /// The limit of refusal lines after the first of each site, printk's
-    /// default (`DEFINE_RATELIMIT_STATE` in verbs.c).
-    static mut ib_drain_ratelimit: kernel::bindings::ratelimit_state;
-}
-
-/// Refuses a drain: a line naming the device, QP, queue, reason and errno,
-/// and a WARN the first time for this queue and reason; later refusals print
-/// the line through the kernel's rate limiter, and do not WARN.
-fn refuse(qp: &Qp, queue: &str, why: Why, err: Error) {
-    let q = QUEUES.iter().position(|&n| n == queue).unwrap_or(0);
-    let first = !WARNED[q * WHYS + why as usize].xchg(true, Relaxed);
-    if first || ratelimit() {
-        pr_warn!(
-            "{}: QP {:#x}: failed to drain {queue} queue: {}: {why}\n",
-            qp.device().name(),
-            qp.qp_num(),
-            err.to_errno()
-        );
-    }
-    kernel::warn_on!(first);
-}
-
-/// Whether the kernel's rate limiter lets another refusal line through.
-fn ratelimit() -> bool {
-    // SAFETY: verbs.c defines the state, initialized; `___ratelimit()` takes
-    // its lock. The name is a NUL-terminated static string.
-    unsafe {
-        kernel::bindings::___ratelimit(&raw mut ib_drain_ratelimit, c"ib_drain".as_char_ptr()) != 0
-    }
-}
-
-/// Drains a QP on an SRQ, as the IB spec asks (10.3.1): error state, wait
-/// for the Last WQE Reached event, then poll the CQ until it is empty.
+/// Blocks until all send completions of `qp` have been consumed by the
+/// application. May sleep.
+///
+/// If the device has a provider-specific drain function, then call that.
+/// Otherwise call the generic drain function.
+///
+/// The caller must ensure there is room in the CQ and SQ for the drain work
+/// request and completion, allocate the CQ using `ib_alloc_cq()`, and ensure
+/// that there are no other contexts that are posting WRs concurrently.
+/// Otherwise the drain is not guaranteed.
 ///
 /// # Safety
 ///
-/// The C drain's contract for a QP on an SRQ: the drain may reap the SRQ's
-/// CQ beside its poller, as C's `__ib_drain_srq()` does.
-unsafe fn drain_srq(rq: &mut RecvQueue<'_>) {
-    let qp = rq.qp();
-    if let Err(e) = qp.set_error_state() {
-        refuse(qp, "shared recv", Why::Modify, e);
-        return;
+/// `qp` must be a valid QP.
+#[export]
+pub unsafe extern "C" fn ib_drain_sq(qp: *mut bindings::ib_qp) {
+    might_sleep();
+    bench_switch!(qp, ib_drain_sq_c);
+    // SAFETY: The caller guarantees a valid QP, whose device is valid.
+    let drain_sq = unsafe { (*(*qp).device).ops.drain_sq };
+    match drain_sq {
+        // SAFETY: The provider's op takes a valid QP.
+        Some(drain_sq) => unsafe { drain_sq(qp) },
+        // SAFETY: The caller guarantees a valid QP.
+        None => unsafe { __ib_drain_sq(qp) },
     }
-    let Some(cq) = rq.srq_cq() else {
-        refuse(qp, "shared recv", Why::NoCq, EINVAL);
-        return;
-    };
-    // Polling runs each completion's `ib_cqe::done`: only CQs from
-    // ib_alloc_cq() have one. C would jump to whatever `wr_id` holds.
-    if !cq.calls_cqe_done() {
-        refuse(qp, "shared recv", Why::CqNotAllocated, EINVAL);
-        return;
+    // SAFETY: The QP is valid, and so is its send CQ, if any.
+    let cq = unsafe { (*qp).send_cq };
+    if !cq.is_null() {
+        // SAFETY: `cq` is valid.
+        unsafe { trace::cq_drain_complete(cq) };
     }
-    // SAFETY: This is the SRQ drain.
-    if unsafe { qp.wait_last_wqe_reached(secs_to_jiffies(60)) } {
-        let mut polled = 0;
-        while polled < cq.capacity() {
-            // SAFETY: A CQ from ib_alloc_cq() (checked above); the caller
-            // lets the drain reap it.
-            let n = unsafe { rq.poll_srq_cq(cq, cq.capacity() - polled) };
-            if n <= 0 {
-                break;
-            }
-            polled += n;
+}
+
+/// Blocks until all receive completions of `qp` have been consumed by the
+/// application. May sleep.
+///
+/// If the device has a provider-specific drain function, then call that.
+/// Otherwise call the generic drain function.
+///
+/// The caller must ensure there is room in the CQ and RQ for the drain work
+/// request and completion, allocate the CQ using `ib_alloc_cq()`, and ensure
+/// that there are no other contexts that are posting WRs concurrently.
+/// Otherwise the drain is not guaranteed.
+///
+/// # Safety
+///
+/// `qp` must be a valid QP.
+#[export]
+pub unsafe extern "C" fn ib_drain_rq(qp: *mut bindings::ib_qp) {
+    might_sleep();
+    bench_switch!(qp, ib_drain_rq_c);
+    // SAFETY: The caller guarantees a valid QP, whose device is valid.
+    let drain_rq = unsafe { (*(*qp).device).ops.drain_rq };
+    match drain_rq {
+        // SAFETY: The provider's op takes a valid QP.
+        Some(drain_rq) => unsafe { drain_rq(qp) },
+        // SAFETY: The caller guarantees a valid QP.
+        None => unsafe { __ib_drain_rq(qp) },
+    }
+    // SAFETY: The QP is valid, and so is its receive CQ, if any.
+    let cq = unsafe { (*qp).recv_cq };
+    if !cq.is_null() {
+        // SAFETY: `cq` is valid.
+        unsafe { trace::cq_drain_complete(cq) };
+    }
+}
+
+/// Blocks until all completions of `qp`, on both the RQ and the SQ, have
+/// been consumed by the application. May sleep.
+///
+/// The caller must ensure there is room in the CQ(s), SQ and RQ for drain
+/// work requests and completions, allocate the CQs using `ib_alloc_cq()`,
+/// and ensure that there are no other contexts that are posting WRs
+/// concurrently. Otherwise the drain is not guaranteed.
+///
+/// # Safety
+///
+/// `qp` must be a valid QP.
+#[export]
+pub unsafe extern "C" fn ib_drain_qp(qp: *mut bindings::ib_qp) {
+    might_sleep();
+    bench_switch!(qp, ib_drain_qp_c);
+    // SAFETY: The caller's guarantees are those of both drains.
+    unsafe {
+        ib_drain_sq(qp);
+        if (*qp).srq.is_null() {
+            ib_drain_rq(qp);
+        } else {
+            __ib_drain_srq(qp);
         }
     }
 }

@@ -489,6 +489,9 @@ impl Setup {
         for (d, &b) in s.dev.name.iter_mut().zip(FAKE_NAME.to_bytes()) {
             *d = b as c_char;
         }
+        // The drain prints with ibdev_warn(), which names the device by
+        // dev_name(): the device is not registered, so its init_name.
+        s.dev.__bindgen_anon_1.dev.init_name = FAKE_NAME.as_char_ptr();
         s.dev.ops.modify_qp = Some(fake_modify_qp);
         s.dev.ops.query_qp = Some(fake_query_qp);
         s.dev.ops.post_recv = Some(fake_post_recv);

@@ -196,9 +196,9 @@ trace_stacks_off
 # One connection per session; each drain of a QP drains its SQ and RQ. The
 # initiator drains it once per logout, the target twice (the
 # iscsit_close_connection() callbacks wait_conn, then free_conn).
-check initiator_ib_drain_qp_ran drains_exactly $((CYCLES * 2)) ib_drain_qp iser_conn_terminate
-check target_drained_in_wait_conn drains_exactly $((CYCLES * 2)) ib_drain_qp isert_wait_conn
-check target_drained_in_free_conn drains_exactly $((CYCLES * 2)) ib_drain_qp isert_free_conn
+check initiator_ib_drain_qp_ran drains_exactly $((CYCLES * 2)) "$QP_DRAIN" iser_conn_terminate
+check target_drained_in_wait_conn drains_exactly $((CYCLES * 2)) "$QP_DRAIN" isert_wait_conn
+check target_drained_in_free_conn drains_exactly $((CYCLES * 2)) "$QP_DRAIN" isert_free_conn
 check no_drain_refused no_refusals_since "$REFUSALS0"
 check iser_config_removed teardown
 ktap_end iser_rxe

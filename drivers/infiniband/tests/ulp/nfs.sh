@@ -161,7 +161,7 @@ trace_stacks_off
 check client_ib_drain_rq_ran drains_between $((CYCLES * 2)) $((CYCLES * 2 + 2)) ib_drain_rq rpcrdma_xprt_disconnect
 conns=$(drains_from ib_drain_rq rpcrdma_xprt_disconnect)
 check client_ib_drain_sq_ran drains_exactly "$conns" ib_drain_sq rpcrdma_xprt_disconnect
-check server_ib_drain_qp_ran drains_exactly $((conns * 2)) ib_drain_qp svc_rdma_free
+check server_ib_drain_qp_ran drains_exactly $((conns * 2)) "$QP_DRAIN" svc_rdma_free
 check no_drain_refused no_refusals_since "$REFUSALS0"
 if [ "$PROVIDER" = siw ]; then
 	check nfs_left_nothing cleanup
@@ -193,7 +193,7 @@ trace_stacks_off
 # The stop and two unmounts each closed one connection: the server drained
 # each once (it has no listener while it is down); the client's reconnect
 # attempts in that time drain more.
-check server_drained_at_stop_and_unmounts drains_exactly 6 ib_drain_qp svc_rdma_free
+check server_drained_at_stop_and_unmounts drains_exactly 6 "$QP_DRAIN" svc_rdma_free
 check client_drained_at_stop_and_unmounts drains_at_least 3 ib_drain_rq rpcrdma_xprt_disconnect
 check no_drain_refused no_refusals_since "$REFUSALS0"
 ktap_end nfs_rdma_server_restart
@@ -221,7 +221,7 @@ trace_stacks_off
 # As for the restart: the removal and two unmounts each closed one (the
 # client cannot reconnect while rxe0 is gone).
 check client_drained_at_removal_and_unmounts drains_at_least 3 ib_drain_rq rpcrdma_xprt_disconnect
-check server_drained_at_removal_and_unmounts drains_exactly 6 ib_drain_qp svc_rdma_free
+check server_drained_at_removal_and_unmounts drains_exactly 6 "$QP_DRAIN" svc_rdma_free
 check no_drain_refused no_refusals_since "$REFUSALS0"
 check nfs_left_nothing cleanup
 ktap_end nfs_rdma_rxe_removal

@@ -136,8 +136,8 @@ trace_stacks_off
 # A session has a connection per CPU and one for user messages; on close
 # each side drains SQ and RQ of every one.
 cons=$(($(grep -c ^processor /proc/cpuinfo) + 1))
-check client_ib_drain_qp_ran drains_at_least $((CYCLES * cons * 2)) ib_drain_qp rtrs_clt_close_work
-check server_ib_drain_qp_ran drains_at_least $((CYCLES * cons * 2)) ib_drain_qp rtrs_srv_close_work
+check client_ib_drain_qp_ran drains_at_least $((CYCLES * cons * 2)) "$QP_DRAIN" rtrs_clt_close_work
+check server_ib_drain_qp_ran drains_at_least $((CYCLES * cons * 2)) "$QP_DRAIN" rtrs_srv_close_work
 check no_drain_refused no_refusals_since "$REFUSALS0"
 check rnbd_removed teardown
 ktap_end rnbd_rxe

@@ -126,7 +126,7 @@ check drain_stacks_traced trace_stacks_on
 check "srp_${CYCLES}_logins_data_match" cycles
 trace_stacks_off
 # Each logout drains both channels (ch_count=2), SQ and RQ of each.
-check initiator_ib_drain_qp_ran drains_exactly $((CYCLES * 4)) ib_drain_qp srp_destroy_qp
+check initiator_ib_drain_qp_ran drains_exactly $((CYCLES * 4)) "$QP_DRAIN" srp_destroy_qp
 check no_drain_refused no_refusals_since "$REFUSALS0"
 check target_config_removed teardown
 ktap_end srp_rxe

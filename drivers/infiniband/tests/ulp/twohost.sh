@@ -316,7 +316,7 @@ delete_unreachable() {
 	delete_ctrl || return 1
 	io_stop || return 1
 	echo 0 >"$TRACE/tracing_on"
-	by_delete=$(drains_from ib_drain_qp nvme_do_delete_ctrl)
+	by_delete=$(drains_from "$QP_DRAIN" nvme_do_delete_ctrl)
 	# shellcheck disable=SC2086 # TIMEOUT: drains_from's FN list
 	by_timeout=$(drains_from $TIMEOUT)
 	echo 1 >"$TRACE/tracing_on"
