@@ -36,7 +36,6 @@ use core::fmt;
 use kernel::{
     bindings, container_of,
     prelude::*,
-    print::OnceLite,
     processor::cpu_relax,
     sync::Completion,
     task::might_sleep,
@@ -52,33 +51,23 @@ mod drain_switch;
 /// `HZ`: the bindings' `HZ` is the uapi one.
 const HZ: kernel::time::Jiffies = bindings::CONFIG_HZ as kernel::time::Jiffies;
 
-/// C's `WARN_ONCE(1, ...)`: warns with the message the first time this
-/// line is reached.
-macro_rules! warn_once {
-    ($($arg:tt)+) => {{
-        #[link_section = ".data..once"]
-        static ONCE: OnceLite = OnceLite::new();
-        ONCE.call_once(|| kernel::warn!($($arg)+));
-    }};
-}
-
 /// Refuses a drain of `$qp`'s `$queue` queue, for `$why`, with errno `$err`:
 /// a line naming the device and QP, through the kernel's rate limiter, and
 /// the first time at this call site a WARN, as C's `WARN_ONCE()`.
 macro_rules! refuse {
     ($qp:expr, $queue:literal, $err:expr, $why:literal) => {{
-        let err: c_int = $err;
+        let (qp, err): (*mut bindings::ib_qp, c_int) = ($qp, $err);
         // SAFETY: The drain's QP is valid.
         unsafe {
             refused(
-                $qp,
+                qp,
                 format_args!(
                     concat!("failed to drain ", $queue, " queue: {}: ", $why, "\n"),
                     err
                 ),
             )
         };
-        warn_once!(
+        kernel::warn_once!(
             concat!("failed to drain ", $queue, " queue: {}: ", $why, "\n"),
             err
         );
@@ -87,7 +76,7 @@ macro_rules! refuse {
 
 extern "C" {
     /// The limit of refusal lines: printk's default (verbs.c).
-    static mut ib_drain_ratelimit: bindings::ratelimit_state;
+    static ib_drain_ratelimit: Opaque<bindings::ratelimit_state>;
 }
 
 /// Prints the line of a refused drain of `qp`, if the kernel's rate limiter
@@ -100,7 +89,7 @@ unsafe fn refused(qp: *mut bindings::ib_qp, args: fmt::Arguments<'_>) {
     // SAFETY: verbs.c defines the state, initialized; `___ratelimit()` takes
     // its lock. The name is a NUL-terminated static string.
     let print =
-        unsafe { bindings::___ratelimit(&raw mut ib_drain_ratelimit, c"ib_drain".as_ptr().cast()) }
+        unsafe { bindings::___ratelimit(ib_drain_ratelimit.get(), c"ib_drain".as_ptr().cast()) }
             != 0;
     if print {
         // SAFETY: The caller guarantees a valid QP.
@@ -131,10 +120,6 @@ const DIRECT_SLEEP_MAX_US: i64 = 16_384;
 
 const EINVAL: c_int = -(bindings::EINVAL as c_int);
 
-#[expect(
-    clippy::macro_metavars_in_unsafe,
-    reason = "declare_trace! passes its arguments inside an unsafe block"
-)]
 mod trace {
     use kernel::bindings;
 
@@ -165,6 +150,15 @@ impl DrainCqe {
             done <- Completion::new(),
         })
     }
+
+    /// The `ib_cqe` for the marker's work request, from a pointer to the
+    /// whole marker: `ib_drain_qp_done()` goes back from it to `done`.
+    fn wr_cqe(&self) -> *mut bindings::ib_cqe {
+        let this = core::ptr::from_ref(self);
+        // SAFETY: `this` comes from a reference, so the projection is in
+        // bounds.
+        Opaque::cast_into(unsafe { &raw const (*this).cqe })
+    }
 }
 
 /// Runs in the CQ's poll context when the marker's completion is reaped.
@@ -179,8 +173,10 @@ unsafe extern "C" fn ib_drain_qp_done(_cq: *mut bindings::ib_cq, wc: *mut bindin
     // SAFETY: `cqe` is the `cqe` field of a live `DrainCqe`.
     let drain = unsafe { container_of!(cqe, DrainCqe, cqe) };
     // SAFETY: The drainer does not return before `done` has completed, so
-    // the marker is live; `complete_all()` takes `done`'s lock, which its
-    // waiter takes before it returns.
+    // the marker is live. `complete_all()` takes `done`'s lock, which the
+    // waiter takes before it returns, and touches `done` no more after it
+    // has dropped it; `Completion` is `Opaque` inside, so a reference to it
+    // does not assert that it outlives the call.
     unsafe { (*drain).done.complete_all() };
 }
 
@@ -400,7 +396,7 @@ unsafe fn __ib_drain_sq(qp: *mut bindings::ib_qp) {
 
     stack_pin_init!(let sdrain = DrainCqe::new());
     let mut swr = bindings::ib_rdma_wr::default();
-    swr.wr.__bindgen_anon_1.wr_cqe = sdrain.cqe.get();
+    swr.wr.__bindgen_anon_1.wr_cqe = sdrain.wr_cqe();
     swr.wr.opcode = bindings::ib_wr_opcode_IB_WR_RDMA_WRITE;
 
     // SAFETY: The QP and `swr` are valid. The marker is pinned, and once
@@ -454,7 +450,7 @@ unsafe fn __ib_drain_rq(qp: *mut bindings::ib_qp) {
 
     stack_pin_init!(let rdrain = DrainCqe::new());
     let mut rwr = bindings::ib_recv_wr::default();
-    rwr.__bindgen_anon_1.wr_cqe = rdrain.cqe.get();
+    rwr.__bindgen_anon_1.wr_cqe = rdrain.wr_cqe();
 
     // SAFETY: As in `__ib_drain_sq()`, for the receive queue.
     let ret = unsafe { bindings::ib_post_recv(qp, &rwr, core::ptr::null_mut()) };
@@ -483,7 +479,7 @@ unsafe fn __ib_drain_srq(qp: *mut bindings::ib_qp) {
     // SAFETY: The caller guarantees a valid QP.
     let (srq, qp_num) = unsafe { ((*qp).srq, (*qp).qp_num) };
     if srq.is_null() {
-        warn_once!("QP {qp_num:#x} is not associated with SRQ\n");
+        kernel::warn_once!("QP {qp_num:#x} is not associated with SRQ\n");
         return;
     }
 
@@ -631,13 +627,14 @@ pub unsafe extern "C" fn ib_drain_rq(qp: *mut bindings::ib_qp) {
 pub unsafe extern "C" fn ib_drain_qp(qp: *mut bindings::ib_qp) {
     might_sleep();
     bench_switch!(qp, ib_drain_qp_c);
-    // SAFETY: The caller's guarantees are those of both drains.
-    unsafe {
-        ib_drain_sq(qp);
-        if (*qp).srq.is_null() {
-            ib_drain_rq(qp);
-        } else {
-            __ib_drain_srq(qp);
-        }
+    // SAFETY: The caller guarantees a valid QP.
+    unsafe { ib_drain_sq(qp) };
+    // SAFETY: As above.
+    if unsafe { (*qp).srq }.is_null() {
+        // SAFETY: As above.
+        unsafe { ib_drain_rq(qp) };
+    } else {
+        // SAFETY: As above.
+        unsafe { __ib_drain_srq(qp) };
     }
 }
