@@ -6,8 +6,8 @@ edited with git) back to the project: one patches/NNNN-*.patch per commit
 after the base (git format-patch names), without the new files that
 patches/new-files gives to that patch, which go to the overlay instead, at
 their version at the branch's end. A patch keeps its new files across
-renumbering and rewording while its name without the number, or else its
-number, still matches a line of patches/new-files. Patches whose text did
+renumbering (by its name without the number) and rewording (by its
+number, if no patch had its new name) in patches/new-files. Patches whose text did
 not change keep their file byte for byte (their hunks' context lines are
 what scripts/mutants/ patch, and the notes after "---", which git drops).
 Builds nothing; run make patches after it.
@@ -67,10 +67,16 @@ def main():
     git(repo, "format-patch", "-q", "--no-signature", "--zero-commit", "-N", "-o", out,
         base + "..series")
     old = {os.path.basename(f): open(f).read() for f in glob.glob(TOP + "/patches/0*.patch")}
+    old_slugs = {n[5:] for n in old}
     written, new_files = [], []
     for commit, f in zip(commits, sorted(glob.glob(out + "/*.patch"))):
         name = os.path.basename(f)
-        own = by_slug.get(name[5:], by_num.get(name[:4], []))
+        if name[5:] in by_slug:
+            own = by_slug[name[5:]]
+        elif name[5:] in old_slugs:
+            own = []
+        else:  # reworded: the patch that had this number
+            own = by_num.get(name[:4], [])
         head, rest = open(f).read().split("\n---\n", 1)
         keep = []
         for d in re.split(r"(?m)^(?=diff --git )", rest[rest.index("diff --git "):]):
