@@ -27,16 +27,15 @@
 //! must not turn a slow provider into a crash), then waits on as C does, so
 //! that the hung-task detector reports it as it reports C's.
 //!
-//! Nobody else polls a direct CQ: the drainer reaps it itself, in a short
-//! spin right after the post, then between sleeps that grow from 16 us to
-//! 16 ms, where C sleeps in 100 ms slices ([`reap_direct`]).
+//! Nobody else polls a direct CQ: the drainer reaps it itself, at once
+//! after the post, then between sleeps that grow from 16 us to 16 ms, where
+//! C sleeps in 100 ms slices ([`reap_direct`]).
 
 use core::ffi::{c_int, c_void};
 use core::fmt;
 use kernel::{
     bindings, container_of,
     prelude::*,
-    processor::cpu_relax,
     sync::Completion,
     task::might_sleep,
     time::{delay::fsleep, Delta, Instant, Monotonic},
@@ -100,19 +99,9 @@ unsafe fn refused(qp: *mut bindings::ib_qp, args: fmt::Arguments<'_>) {
 /// How long a drain waits for its marker before it says so, once.
 const STUCK_REPORT_SECS: u32 = 5;
 
-/// A direct CQ is polled without sleeping for this long after the post (a
-/// flush the provider has queued usually lands within it; a sleep would add
-/// its wake-up to every drain)...
-const DIRECT_SPIN: Delta = Delta::from_micros(256);
-/// ... and on while each poll reaps something (the flush is landing), up to
-/// this. Without progress the spin ends at [`DIRECT_SPIN`]; a flush that
-/// needs this very CPU waits at most [`DIRECT_SPIN_MAX`].
-const DIRECT_SPIN_MAX: Delta = Delta::from_millis(1);
-/// `cpu_relax()`es between two polls of the spin: the poll takes the CQ's
-/// lock, which the provider's flush takes for each completion.
-const DIRECT_SPIN_RELAX: u32 = 32;
-/// Then the sleep between polls, until [`DIRECT_SHORT_SLEEPS`] after the
-/// post: a flush that waited for a worker to wake up lands then...
+/// A direct CQ is polled at once after the post, then after sleeps of this
+/// long until [`DIRECT_SHORT_SLEEPS`] after it: the provider's flush, which
+/// may need this very CPU, lands then...
 const DIRECT_SLEEP_MIN_US: i64 = 16;
 const DIRECT_SHORT_SLEEPS: Delta = Delta::from_millis(5);
 /// ... and then twice as long each time, up to this (C sleeps 100 ms).
@@ -230,11 +219,10 @@ unsafe fn wait_for_marker(
 /// Reaps the direct CQ `cq` until `drain` is done: nobody else polls it.
 ///
 /// The provider's flush usually lands within a few hundred microseconds of
-/// the post, so the CQ is polled in a loop for [`DIRECT_SPIN`] (longer while
-/// the flush is landing), then after sleeps of [`DIRECT_SLEEP_MIN_US`] for
-/// [`DIRECT_SHORT_SLEEPS`], then with back-off, instead of in C's 100 ms
-/// slices. It does not spin longer: the flush may wait for this very CPU.
-/// After [`STUCK_REPORT_SECS`] it says so once, and then does as C does:
+/// the post, so the CQ is polled at once, then after sleeps of
+/// [`DIRECT_SLEEP_MIN_US`] for [`DIRECT_SHORT_SLEEPS`], then with back-off,
+/// instead of in C's 100 ms slices. It does not spin: the flush may need
+/// this very CPU. After [`STUCK_REPORT_SECS`] it says so once, and then does as C does:
 /// waits for the marker up to 100 ms (another poller may reap it), polls,
 /// and so on.
 ///
@@ -253,15 +241,9 @@ unsafe fn reap_direct(
     loop {
         // SAFETY: The caller guarantees a valid direct CQ, polled by its
         // user, here.
-        let reaped = unsafe { bindings::ib_process_cq_direct(cq, -1) };
+        unsafe { bindings::ib_process_cq_direct(cq, -1) };
         if drain.done.completion_done() {
             return;
-        }
-        if keep_spinning(start.elapsed(), reaped) {
-            for _ in 0..DIRECT_SPIN_RELAX {
-                cpu_relax();
-            }
-            continue;
         }
         fsleep(Delta::from_micros(sleep_us));
         let waited = start.elapsed();
@@ -279,28 +261,6 @@ unsafe fn reap_direct(
         unsafe { bindings::ib_process_cq_direct(cq, -1) };
     }
 }
-
-/// Whether a direct drain polls again at once, `spun` after the marker's
-/// post, its last poll having reaped `reaped` completions: a flush that needs
-/// this CPU must not wait longer than the spin's bounds.
-const fn keep_spinning(spun: Delta, reaped: i32) -> bool {
-    let ns = spun.as_nanos();
-    ns < DIRECT_SPIN.as_nanos() || (reaped > 0 && ns < DIRECT_SPIN_MAX.as_nanos())
-}
-
-// The spin ends at `DIRECT_SPIN` without progress, and at `DIRECT_SPIN_MAX`
-// however busy the CQ is: checked when ib_core is built.
-const SPIN_NS: i64 = DIRECT_SPIN.as_nanos();
-const SPIN_MAX_NS: i64 = DIRECT_SPIN_MAX.as_nanos();
-static_assert!(SPIN_NS < SPIN_MAX_NS);
-static_assert!(keep_spinning(Delta::from_nanos(0), 0));
-static_assert!(keep_spinning(Delta::from_nanos(SPIN_NS - 1), 0));
-static_assert!(!keep_spinning(Delta::from_nanos(SPIN_NS), 0));
-static_assert!(!keep_spinning(Delta::from_nanos(SPIN_MAX_NS - 1), 0));
-static_assert!(keep_spinning(Delta::from_nanos(SPIN_NS), 1));
-static_assert!(keep_spinning(Delta::from_nanos(SPIN_MAX_NS - 1), 16));
-static_assert!(!keep_spinning(Delta::from_nanos(SPIN_MAX_NS), 1));
-static_assert!(!keep_spinning(Delta::from_secs(10), 1));
 
 /// Says that a drain of `qp`'s `queue` has waited [`STUCK_REPORT_SECS`] for
 /// its marker on `cq`. Not a WARN: `panic_on_warn` must not turn a slow
