@@ -9,42 +9,12 @@
 
 out=${1:-$TOP/out/patches}
 "$TOP/scripts/fetch-kernel.sh"
-pristine=$CACHE/pristine
-repo=$(mktemp -d)
-trap 'rm -rf "$repo"' EXIT
-G=(git -C "$repo" -c user.name="$(git -C "$TOP" config user.name || echo rdma)"
-	-c user.email="$(git -C "$TOP" config user.email || echo rdma@example.invalid)")
-
-# The base: the pristine versions of every file the series touches.
-files=$(sed -n 's|^--- a/||p; s|^+++ b/||p' "$TOP"/patches/*.patch | sort -u)
-git init -q "$repo"
-for f in $files; do
-	[ -f "$pristine/$f" ] || continue
-	mkdir -p "$repo/$(dirname "$f")"
-	cp "$pristine/$f" "$repo/$f"
-done
-"${G[@]}" add -A
-"${G[@]}" commit -q -m "Linux $(cat "$pristine/.debian-version") (files touched by the series)"
-base=$("${G[@]}" rev-parse HEAD)
-
-for p in "$TOP"/patches/*.patch; do
-	name=$(basename "$p")
-	"${G[@]}" apply --index "$p" || die patches "" "$name does not apply"
-	copy_series_files "$name" "$repo"
-	"${G[@]}" add -A
-	git mailinfo "$repo/.msg" "$repo/.patch" <"$p" >"$repo/.info"
-	subject=$(sed -n 's/^Subject: //p' "$repo/.info")
-	{
-		echo "$subject"
-		echo
-		cat "$repo/.msg"
-	} >"$repo/.commitmsg"
-	rm -f "$repo/.msg" "$repo/.patch" "$repo/.info"
-	# The author is the one who signed the patch off, whoever runs this.
-	author=$(sed -n 's/^Signed-off-by: //p' "$repo/.commitmsg" | head -n 1)
-	"${G[@]}" commit -q ${author:+--author="$author"} -F "$repo/.commitmsg"
-	rm -f "$repo/.commitmsg"
-done
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# A commit per patch (scripts/series-git.sh), on the pristine files.
+repo=$tmp/series
+"$TOP/scripts/series-git.sh" "$repo" >/dev/null
+base=$(git -C "$repo" rev-list --max-parents=0 series)
 # The series ends with every new file at its version in the overlay.
 # shellcheck disable=SC2013 # words: a line of new-files gives several paths
 for path in $(sed -n 's/^[^#][^:]*: //p' "$TOP/patches/new-files"); do
@@ -55,7 +25,7 @@ done
 
 rm -rf "$out"
 mkdir -p "$out"
-"${G[@]}" format-patch -q --no-signature --cover-letter -o "$out" "$base"
+git -C "$repo" format-patch -q --no-signature --cover-letter -o "$out" "$base"
 # The cover letter's subject and text (patches/cover-letter: the subject,
 # a blank line, the text); format-patch gives the shortlog and diffstat.
 cover=$out/0000-cover-letter.patch
@@ -77,7 +47,7 @@ echo "patches: a cover letter and $(find "$out" -maxdepth 1 -name '*.patch' ! -n
 cp_log=$CACHE/logs/checkpatch.log
 series=()
 for p in "$out"/*.patch; do [ "$p" = "$cover" ] || series+=("$p"); done
-"$pristine/scripts/checkpatch.pl" --no-tree --strict --show-types --ignore UNKNOWN_COMMIT_ID \
+"$CACHE/pristine/scripts/checkpatch.pl" --no-tree --strict --show-types --ignore UNKNOWN_COMMIT_ID \
 	"${series[@]}" >"$cp_log" 2>&1 || true
 problems=$(grep -E '^(ERROR|WARNING|CHECK):' "$cp_log" | grep -v '^WARNING:FILE_PATH_CHANGES:' || true)
 if [ -n "$problems" ]; then

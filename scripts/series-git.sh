@@ -34,7 +34,9 @@ for p in "$TOP"/patches/*.patch; do
 		echo
 		cat "$repo/.msg"
 	} >"$repo/.commitmsg"
-	"${G[@]}" commit -q -F "$repo/.commitmsg"
+	# The author is the one who signed the patch off, whoever runs this.
+	author=$(sed -n 's/^Signed-off-by: //p' "$repo/.commitmsg" | head -n 1)
+	"${G[@]}" commit -q ${author:+--author="$author"} -F "$repo/.commitmsg"
 	rm -f "$repo/.msg" "$repo/.patch" "$repo/.info" "$repo/.commitmsg"
 done
 "${G[@]}" log --oneline

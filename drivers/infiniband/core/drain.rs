@@ -161,11 +161,11 @@ unsafe extern "C" fn ib_drain_qp_done(_cq: *mut bindings::ib_cq, wc: *mut bindin
     let cqe = unsafe { (*wc).__bindgen_anon_1.wr_cqe }.cast::<Opaque<bindings::ib_cqe>>();
     // SAFETY: `cqe` is the `cqe` field of a live `DrainCqe`.
     let drain = unsafe { container_of!(cqe, DrainCqe, cqe) };
+    // `complete_all()` takes `done`'s lock, which the waiter takes before it
+    // returns, and touches `done` no more once it has dropped it; `Completion`
+    // is `Opaque` inside, so a reference to it need not outlive the call.
     // SAFETY: The drainer does not return before `done` has completed, so
-    // the marker is live. `complete_all()` takes `done`'s lock, which the
-    // waiter takes before it returns, and touches `done` no more after it
-    // has dropped it; `Completion` is `Opaque` inside, so a reference to it
-    // does not assert that it outlives the call.
+    // the marker is live.
     unsafe { (*drain).done.complete_all() };
 }
 
