@@ -9,7 +9,8 @@
 #                (FLAVOUR=debug, ROUNDS=N)
 #   make repro-upstream  the nvme-rdma races of patches/reports/ on the
 #                7.3 tree without our patches (RACES=N, FORMS=io,idle,reset,delete)
-#   make bench   Rust vs C drain latency on rxe (out/bench/: CSV, table, plot;
+#   make bench   Rust vs C drain latency on rxe, and time and CPU of 16 and
+#                128 direct drains at once (out/bench/: CSV, table, plot;
 #                SAMPLES=24 for a quick run)
 #   make bench-profile  the direct-CQ drain step by step under ftrace
 #   make bench-steps  Rust's and C's softirq drain step by step under ftrace

@@ -2,7 +2,8 @@
 # Usage: scripts/bench.sh [SAMPLES]
 # Build the bench kernel (test kernel + C reference drain), boot it once to
 # run rdma_drain_bench on rxe, and turn its console lines into
-# out/bench/{samples.csv,table.md,latency.png}. Timings never fail a test.
+# out/bench/{samples.csv,concurrent.csv,table.md,latency.png}. Timings
+# never fail a test.
 # PROFILE=1 (make bench-profile): the direct-CQ drain alone, untraced and
 # then under ftrace (scripts/guest/profile.sh), into out/bench/profile.md.
 # PROFILE=steps (make bench-steps): Rust's and C's drains of one cell

@@ -874,9 +874,9 @@ mod fault_tests {
         // SAFETY: A valid fake QP; nothing else posts or polls.
         let warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
         assert_eq!(warns, Some(0));
-        // It slept between polls: 16 us at a time for 5 ms, then longer up
-        // to 16 ms (16-20 ms each), ~250-500 polls after the first 3 ms (a
-        // drain that never slept: millions); reported at 5 s, it polls in
+        // It slept between polls: 16 us first, then twice as long each time
+        // up to 16 ms (16-20 ms each), ~250-310 polls after the first 3 ms
+        // (a drain that never slept: millions); reported at 5 s, it polls in
         // C's 100 ms slices: ~50 polls after 6 s (16 ms sleeps: ~250).
         let late = FAKE.late_polls.load(SeqCst);
         let stuck = FAKE.stuck_polls.load(SeqCst);

@@ -20,8 +20,17 @@
 //! timed drains), then printed as lines
 //! `rdma_drain_bench: sample,<ctx>,<n>,<impl>,<i>,<ns>,<position in the
 //! sample>` for the host to collect (scripts/bench-report.py).
+//!
+//! Then many direct drains at once ([`concurrent`]): 16 and 128 fresh QPs,
+//! each on a directly polled CQ of its own or all on one, drained at the
+//! same time from workers of the unbound workqueue, by Rust and by C in
+//! turn: the time until every drain has returned, and the CPU time both
+//! vCPUs spent meanwhile (`kernel_cpustat`, sampled at the tick: a mean
+//! over rounds), as lines `rdma_drain_bench: concurrent,<QPs>,<own|shared>,
+//! <impl>,<round>,<ns>,<busy ns>`.
 
 use core::sync::atomic::{AtomicU32, Ordering};
+use kernel::bindings;
 use kernel::infiniband::{
     CompletionHandler, Cqe, DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig,
     RegisteredDevice, WorkCompletion,
@@ -29,6 +38,7 @@ use kernel::infiniband::{
 use kernel::prelude::*;
 use kernel::sync::{Arc, Completion};
 use kernel::time::{msecs_to_jiffies, Instant, Monotonic};
+use kernel::workqueue::{self, Work, WorkItem};
 use pin_init::stack_pin_init;
 
 module! {
@@ -50,6 +60,10 @@ module! {
             default: 15,
             description: "Depths to run, a bit each: 1 N=0, 2 N=1, 4 N=64, 8 N=1024",
         },
+        rounds: u32 {
+            default: 20,
+            description: "Rounds of each concurrent cell per implementation (0: none; 1 with samples=1)",
+        },
     },
 }
 
@@ -61,6 +75,8 @@ const CONTEXTS: [PollContext; 4] = [
 ];
 const DEPTHS: [u32; 4] = [0, 1, 64, 1024];
 const WARMUP: u32 = 5;
+/// How many QPs are drained at once in the concurrent cells.
+const CONCURRENT: [u32; 2] = [16, 128];
 
 #[derive(Clone, Copy, PartialEq)]
 enum Impl {
@@ -100,29 +116,36 @@ impl CompletionHandler for Counter {
     }
 }
 
-/// Drains the receive queue with the exported `ib_drain_rq()`, called as
-/// C callers call it and as `drain_rq_c` calls the C drain: the arms time
-/// the two drains alone, without `OwnedQp::drain_rq()`'s work around them.
-fn drain_rq_rust(qp: &mut OwnedQp) {
-    // SAFETY: The QP is valid while `qp` lives. An `OwnedQp` keeps the
-    // drain's contract by construction: its CQ comes from ib_alloc_cq(), and
-    // the QP's receive queue and that CQ have room reserved for the marker.
-    // `&mut` keeps other posters away. The QP has no SRQ (`create_rc`).
-    unsafe { kernel::bindings::ib_drain_rq(qp.as_raw()) }
-}
-
-/// Drains the receive queue with the C drain that the Rust one replaced,
-/// which ib_core keeps under its own name for this comparison.
-#[cfg(CONFIG_INFINIBAND_DRAIN_C_REFERENCE)]
-fn drain_rq_c(qp: &mut OwnedQp) {
+/// Drains the receive queue of `qp` with the exported `ib_drain_rq()`, or
+/// with the C drain that the Rust one replaced, which ib_core keeps under its
+/// own name for this comparison. Called as C callers call them: the arms
+/// time the two drains alone, without `OwnedQp::drain_rq()`'s work around
+/// them.
+///
+/// # Safety
+///
+/// `qp` is an `OwnedQp`'s QP, created by `create_rc` (no SRQ), which lives
+/// until this returns, and nobody else posts on it meanwhile.
+unsafe fn drain_rq(qp: *mut bindings::ib_qp, imp: Impl) -> Result {
+    #[cfg(CONFIG_INFINIBAND_DRAIN_C_REFERENCE)]
     extern "C" {
         // `struct ib_qp *`, opaque here: its zero-sized members are not
         // FFI-safe for the `improper_ctypes` lint.
         fn ib_drain_rq_c(qp: *mut core::ffi::c_void);
     }
-    // SAFETY: The C drain has the contract of `ib_drain_rq()`, which an
-    // `OwnedQp` keeps by construction; `&mut` keeps other posters away.
-    unsafe { ib_drain_rq_c(qp.as_raw().cast()) }
+    // An `OwnedQp` keeps the drain's contract by construction: its CQ comes
+    // from ib_alloc_cq(), and the QP's receive queue and that CQ have room
+    // reserved for the marker.
+    match imp {
+        // SAFETY: The QP is valid and keeps the contract (above); the caller
+        // keeps other posters away.
+        Impl::Rust | Impl::Rust2 => unsafe { bindings::ib_drain_rq(qp) },
+        // SAFETY: As above; the C drain has the same contract.
+        #[cfg(CONFIG_INFINIBAND_DRAIN_C_REFERENCE)]
+        Impl::C | Impl::C2 => unsafe { ib_drain_rq_c(qp.cast()) },
+        _ => return Err(ENOTSUPP),
+    }
+    Ok(())
 }
 
 /// Sets up a fresh QP with `n` receives, times one drain by `imp`, and
@@ -156,11 +179,6 @@ fn one(dev: &DeviceRef, ctx: PollContext, n: u32, imp: Impl) -> Result<i64> {
     }
     let start = Instant::<Monotonic>::now();
     match imp {
-        Impl::Rust | Impl::Rust2 => drain_rq_rust(&mut qp),
-        #[cfg(CONFIG_INFINIBAND_DRAIN_C_REFERENCE)]
-        Impl::C | Impl::C2 => drain_rq_c(&mut qp),
-        #[cfg(not(CONFIG_INFINIBAND_DRAIN_C_REFERENCE))]
-        Impl::C | Impl::C2 => return Err(ENOTSUPP),
         Impl::Floor => {
             qp.set_error_state()?;
             if n > 0 && !all.wait_for_completion_timeout(msecs_to_jiffies(10_000)) {
@@ -168,6 +186,8 @@ fn one(dev: &DeviceRef, ctx: PollContext, n: u32, imp: Impl) -> Result<i64> {
                 return Err(ETIMEDOUT);
             }
         }
+        // SAFETY: `qp` lives until the end; `&mut` keeps other posters away.
+        _ => unsafe { drain_rq(qp.as_raw(), imp)? },
     }
     let ns = start.elapsed().as_nanos();
     if cqe.handler().count.load(Ordering::Relaxed) != n {
@@ -272,6 +292,189 @@ fn run(samples: u32, contexts: u32, depths: u32, kept: &mut KVec<Sample>) -> Res
     Ok(())
 }
 
+/// A QP pointer that a [`Job`] carries to its worker.
+struct QpPtr(*mut bindings::ib_qp);
+
+// SAFETY: A QP may be drained from any thread; [`concurrent`] keeps it alive
+// and free of other posters until the job has run.
+unsafe impl Send for QpPtr {}
+
+// SAFETY: Only the worker that runs the job uses the pointer.
+unsafe impl Sync for QpPtr {}
+
+/// One drain of a concurrent round, run by a worker of the unbound
+/// workqueue.
+#[pin_data]
+struct Job {
+    #[pin]
+    work: Work<Job>,
+    qp: QpPtr,
+    imp: Impl,
+    result: AtomicU32,
+}
+
+kernel::impl_has_work! {
+    impl HasWork<Self> for Job { self.work }
+}
+
+impl WorkItem for Job {
+    type Pointer = Arc<Job>;
+
+    fn run(this: Arc<Job>) {
+        // SAFETY: [`concurrent`] keeps the QP alive and every other poster
+        // away until it has flushed this job.
+        let res = unsafe { drain_rq(this.qp.0, this.imp) };
+        this.result.store(res.is_err().into(), Ordering::Relaxed);
+    }
+}
+
+/// Busy CPU time of all CPUs so far (ns): `kernel_cpustat`, which the tick
+/// samples (`CONFIG_TICK_CPU_ACCOUNTING`): exact only over many ticks.
+fn busy_ns() -> u64 {
+    let busy = [
+        bindings::cpu_usage_stat_CPUTIME_USER,
+        bindings::cpu_usage_stat_CPUTIME_NICE,
+        bindings::cpu_usage_stat_CPUTIME_SYSTEM,
+        bindings::cpu_usage_stat_CPUTIME_SOFTIRQ,
+        bindings::cpu_usage_stat_CPUTIME_IRQ,
+        bindings::cpu_usage_stat_CPUTIME_STEAL,
+    ];
+    // SAFETY: Set once at boot.
+    let cpus = unsafe { bindings::nr_cpu_ids } as usize;
+    let mut sum = 0;
+    for cpu in 0..cpus {
+        // As per_cpu_ptr(&kernel_cpustat, cpu).
+        // SAFETY: `__per_cpu_offset` is set at boot for every possible CPU.
+        let off = unsafe { (*(&raw const bindings::__per_cpu_offset))[cpu] } as usize;
+        let stat = (&raw const bindings::kernel_cpustat)
+            .wrapping_byte_add(off)
+            .cast::<u64>();
+        for i in busy {
+            // SAFETY: `stat` is that CPU's `kernel_cpustat`, which lives for
+            // good; the tick updates it, which /proc/stat reads the same way.
+            sum += unsafe { stat.add(i as usize).read_volatile() };
+        }
+    }
+    sum
+}
+
+/// One round of a concurrent cell: `qps` fresh QPs with one receive each,
+/// on directly polled CQs (one each, or one for all if `shared`), drained at
+/// once by `imp`. Returns the time until every drain has returned and the
+/// CPU time spent meanwhile (ns).
+fn concurrent(dev: &DeviceRef, qps: u32, shared: bool, imp: Impl) -> Result<(i64, u64)> {
+    let pd = Pd::alloc(dev)?;
+    let mut cqs = KVec::new();
+    let cq_count = if shared { 1 } else { qps };
+    for _ in 0..cq_count {
+        let size = if shared { 3 * qps } else { 3 };
+        cqs.push(
+            OwnedCq::alloc(dev, size, 0, PollContext::Direct)?,
+            GFP_KERNEL,
+        )?;
+    }
+    let all = Arc::pin_init(Completion::new(), GFP_KERNEL)?;
+    stack_pin_init!(let cqe = Cqe::new(Counter {
+        count: AtomicU32::new(0),
+        target: qps,
+        all,
+    }));
+    let mut owned = KVec::with_capacity(qps as usize, GFP_KERNEL)?;
+    let mut jobs = KVec::with_capacity(qps as usize, GFP_KERNEL)?;
+    for i in 0..qps as usize {
+        let cq = &cqs[if shared { 0 } else { i }];
+        let config = QpConfig {
+            send_depth: 0,
+            recv_depth: 1,
+        };
+        let mut qp = OwnedQp::create_rc(&pd, cq, cq, config)?;
+        qp.init(1)?;
+        qp.rq().post(cqe.as_ref())?;
+        let raw = qp.as_raw();
+        let job = Arc::pin_init(
+            pin_init!(Job {
+                work <- kernel::new_work!("rdma_drain_bench::Job"),
+                qp: QpPtr(raw),
+                imp,
+                result: AtomicU32::new(0),
+            }),
+            GFP_KERNEL,
+        )?;
+        owned.push(qp, GFP_KERNEL)?;
+        jobs.push(job, GFP_KERNEL)?;
+    }
+    let busy = busy_ns();
+    let start = Instant::<Monotonic>::now();
+    for job in &jobs {
+        // Each job is new, so it cannot be queued already.
+        let _ = workqueue::system_unbound().enqueue(job.clone());
+    }
+    // The jobs point at `owned`'s QPs, and their code is in this module:
+    // go on only once each has returned.
+    for job in &jobs {
+        // SAFETY: `job` keeps its work item alive.
+        unsafe { bindings::flush_work(Work::raw_get(&raw const job.work)) };
+    }
+    let ns = start.elapsed().as_nanos();
+    let busy = busy_ns() - busy;
+    let count = cqe.handler().count.load(Ordering::Relaxed);
+    let failed = jobs.iter().any(|j| j.result.load(Ordering::Relaxed) != 0);
+    if failed || count != qps {
+        pr_err!(
+            "concurrent {qps} {}: {count} receives consumed\n",
+            imp.name()
+        );
+        return Err(EINVAL);
+    }
+    Ok((ns, busy))
+}
+
+/// A round of a concurrent cell.
+struct Round {
+    qps: u32,
+    shared: bool,
+    imp: Impl,
+    i: u32,
+    ns: i64,
+    busy: u64,
+}
+
+/// Runs `rounds` rounds of each concurrent cell, Rust and C in turn (which
+/// goes first alternates), keeping each in `kept`, whose capacity the caller
+/// reserved.
+fn run_concurrent(rounds: u32, kept: &mut KVec<Round>) -> Result {
+    let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
+    let with_c = cfg!(CONFIG_INFINIBAND_DRAIN_C_REFERENCE);
+    for qps in CONCURRENT {
+        for shared in [false, true] {
+            for i in 0..rounds {
+                let mut arms = [Impl::Rust, Impl::C];
+                if i % 2 == 1 {
+                    arms.reverse();
+                }
+                for imp in arms {
+                    if imp == Impl::C && !with_c {
+                        continue;
+                    }
+                    let (ns, busy) = concurrent(&dev, qps, shared, imp)?;
+                    kept.push(
+                        Round {
+                            qps,
+                            shared,
+                            imp,
+                            i,
+                            ns,
+                            busy,
+                        },
+                        GFP_KERNEL,
+                    )?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 struct DrainBench;
 
 impl kernel::Module for DrainBench {
@@ -279,6 +482,7 @@ impl kernel::Module for DrainBench {
         let samples = module_parameters::samples.value();
         let contexts = module_parameters::contexts.value();
         let depths = module_parameters::depths.value();
+        let rounds = module_parameters::rounds.value();
         let all_contexts = (1u32 << CONTEXTS.len()) - 1;
         let all_depths = (1u32 << DEPTHS.len()) - 1;
         if contexts == 0
@@ -302,6 +506,14 @@ impl kernel::Module for DrainBench {
         for s in &kept {
             let (ctx, n, name, i, ns, pos) = (s.ctx, s.n, s.imp.name(), s.i, s.ns, s.pos);
             pr_info!("sample,{ctx:?},{n},{name},{i},{ns},{pos}\n");
+        }
+        let rounds = if samples == 1 { rounds.min(1) } else { rounds };
+        let mut kept = KVec::with_capacity(CONCURRENT.len() * 4 * rounds as usize, GFP_KERNEL)?;
+        let res = res.and_then(|()| run_concurrent(rounds, &mut kept));
+        for r in &kept {
+            let (qps, name, i, ns, busy) = (r.qps, r.imp.name(), r.i, r.ns, r.busy);
+            let cqs = if r.shared { "shared" } else { "own" };
+            pr_info!("concurrent,{qps},{cqs},{name},{i},{ns},{busy}\n");
         }
         match res {
             Ok(()) => pr_info!("end,ok\n"),
