@@ -214,16 +214,18 @@ unsafe fn wait_for_marker(
     }
 }
 
-/// Reaps the direct CQ `cq` until `drain` is done: nobody else polls it.
+/// Reaps the direct CQ `cq` until `drain` is done: nobody but its user polls
+/// it.
 ///
 /// The provider's flush usually lands within a few hundred microseconds of
 /// the post, so the CQ is polled at once, then after sleeps that double
 /// from [`DIRECT_SLEEP_MIN_US`] to [`DIRECT_SLEEP_MAX_US`], instead of in
-/// C's 100 ms slices: the marker is reaped at most about twice as late as it
-/// lands, with few polls where many drains wait at once. It does not spin:
-/// the flush may need this very CPU. After [`STUCK_REPORT_SECS`] it says so
-/// once, and then does as C does: waits for the marker up to 100 ms
-/// (another poller may reap it), polls, and so on.
+/// C's 100 ms slices: the marker is reaped roughly twice as late as it lands
+/// (plus `fsleep()`'s slack and the wake-up), with few polls where many
+/// drains wait at once. It does not spin: the flush may need this very CPU.
+/// After [`STUCK_REPORT_SECS`] it says so once, and then does as C does:
+/// waits for the marker up to 100 ms (another poller may reap it), polls,
+/// and so on.
 ///
 /// # Safety
 ///
@@ -244,11 +246,11 @@ unsafe fn reap_direct(
         if drain.done.completion_done() {
             return;
         }
-        fsleep(Delta::from_micros(sleep_us));
-        sleep_us = (sleep_us * 2).min(DIRECT_SLEEP_MAX_US);
         if start.elapsed() >= stuck {
             break;
         }
+        fsleep(Delta::from_micros(sleep_us));
+        sleep_us = (sleep_us * 2).min(DIRECT_SLEEP_MAX_US);
     }
     // SAFETY: The caller guarantees a valid QP and CQ.
     unsafe { report_stuck(qp, queue, cq) };

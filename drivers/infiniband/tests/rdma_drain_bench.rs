@@ -24,12 +24,14 @@
 //! Then many direct drains at once ([`concurrent`]): 16 and 128 fresh QPs,
 //! each on a directly polled CQ of its own or all on one, drained at the
 //! same time from workers of the unbound workqueue, by Rust and by C in
-//! turn: the time until every drain has returned, and the CPU time both
-//! vCPUs spent meanwhile (`kernel_cpustat`, sampled at the tick: a mean
-//! over rounds), as lines `rdma_drain_bench: concurrent,<QPs>,<own|shared>,
-//! <impl>,<round>,<ns>,<busy ns>`.
+//! turn, after a discarded round: the time until every drain has returned,
+//! the CPU time the drainers ran (each worker's `sum_exec_runtime` across its
+//! drain), and the CPU time all CPUs spent meanwhile (`kernel_cpustat`,
+//! sampled at the tick: only a mean over many rounds means anything), as
+//! lines `rdma_drain_bench: concurrent,<QPs>,<own|shared>,<impl>,<round>,
+//! <ns>,<busy ns>,<drainers' ns>`.
 
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use kernel::bindings;
 use kernel::infiniband::{
     CompletionHandler, Cqe, DeviceRef, OwnedCq, OwnedQp, Pd, PollContext, QpConfig,
@@ -61,8 +63,8 @@ module! {
             description: "Depths to run, a bit each: 1 N=0, 2 N=1, 4 N=64, 8 N=1024",
         },
         rounds: u32 {
-            default: 20,
-            description: "Rounds of each concurrent cell per implementation (0: none; 1 with samples=1)",
+            default: 40,
+            description: "Rounds of each concurrent cell per implementation, after one discarded (0: none; 1 with samples=1)",
         },
     },
 }
@@ -186,7 +188,8 @@ fn one(dev: &DeviceRef, ctx: PollContext, n: u32, imp: Impl) -> Result<i64> {
                 return Err(ETIMEDOUT);
             }
         }
-        // SAFETY: `qp` lives until the end; `&mut` keeps other posters away.
+        // SAFETY: `qp` is owned here and lives until the end; nothing else
+        // posts on it.
         _ => unsafe { drain_rq(qp.as_raw(), imp)? },
     }
     let ns = start.elapsed().as_nanos();
@@ -311,6 +314,8 @@ struct Job {
     qp: QpPtr,
     imp: Impl,
     result: AtomicU32,
+    /// CPU time this job's worker ran during the drain (ns).
+    cpu_ns: AtomicU64,
 }
 
 kernel::impl_has_work! {
@@ -321,11 +326,23 @@ impl WorkItem for Job {
     type Pointer = Arc<Job>;
 
     fn run(this: Arc<Job>) {
+        let cpu = own_runtime_ns();
         // SAFETY: [`concurrent`] keeps the QP alive and every other poster
         // away until it has flushed this job.
         let res = unsafe { drain_rq(this.qp.0, this.imp) };
+        this.cpu_ns.store(own_runtime_ns() - cpu, Ordering::Relaxed);
         this.result.store(res.is_err().into(), Ordering::Relaxed);
     }
+}
+
+/// CPU time the current task has run (ns), as the scheduler last accounted
+/// it: `se.sum_exec_runtime`, brought up to date when the task sleeps and at
+/// each tick, so it leaves out at most the time since then.
+fn own_runtime_ns() -> u64 {
+    // SAFETY: The current task lives while it runs this; the scheduler
+    // writes the field of a running task only on its own CPU (the tick, a
+    // switch), so the task reads a whole value.
+    unsafe { (&raw const (*bindings::get_current()).se.sum_exec_runtime).read_volatile() }
 }
 
 /// Busy CPU time of all CPUs so far (ns): `kernel_cpustat`, which the tick
@@ -341,18 +358,27 @@ fn busy_ns() -> u64 {
     ];
     // SAFETY: Set once at boot.
     let cpus = unsafe { bindings::nr_cpu_ids } as usize;
+    let bits = usize::BITS as usize;
     let mut sum = 0;
     for cpu in 0..cpus {
-        // As per_cpu_ptr(&kernel_cpustat, cpu).
+        // SAFETY: The mask of possible CPUs is set at boot.
+        let possible = unsafe { (*(&raw const bindings::__cpu_possible_mask)).bits[cpu / bits] };
+        if possible >> (cpu % bits) & 1 == 0 {
+            continue;
+        }
+        // As per_cpu_ptr(&kernel_cpustat, cpu): the symbol's address plus
+        // the CPU's offset, modulo 2^64 as in C, an address C hides from its
+        // compiler (RELOC_HIDE()); here an exposed one.
         // SAFETY: `__per_cpu_offset` is set at boot for every possible CPU.
         let off = unsafe { (*(&raw const bindings::__per_cpu_offset))[cpu] } as usize;
-        let stat = (&raw const bindings::kernel_cpustat)
-            .wrapping_byte_add(off)
-            .cast::<u64>();
+        let addr = (&raw const bindings::kernel_cpustat)
+            .expose_provenance()
+            .wrapping_add(off);
+        let stat = core::ptr::with_exposed_provenance::<bindings::kernel_cpustat>(addr);
         for i in busy {
             // SAFETY: `stat` is that CPU's `kernel_cpustat`, which lives for
             // good; the tick updates it, which /proc/stat reads the same way.
-            sum += unsafe { stat.add(i as usize).read_volatile() };
+            sum += unsafe { (&raw const (*stat).cpustat[i as usize]).read_volatile() };
         }
     }
     sum
@@ -360,9 +386,9 @@ fn busy_ns() -> u64 {
 
 /// One round of a concurrent cell: `qps` fresh QPs with one receive each,
 /// on directly polled CQs (one each, or one for all if `shared`), drained at
-/// once by `imp`. Returns the time until every drain has returned and the
-/// CPU time spent meanwhile (ns).
-fn concurrent(dev: &DeviceRef, qps: u32, shared: bool, imp: Impl) -> Result<(i64, u64)> {
+/// once by `imp`. Returns the time until every drain has returned, the CPU
+/// time all CPUs spent meanwhile, and the CPU time the drainers ran (ns).
+fn concurrent(dev: &DeviceRef, qps: u32, shared: bool, imp: Impl) -> Result<(i64, u64, u64)> {
     let pd = Pd::alloc(dev)?;
     let mut cqs = KVec::new();
     let cq_count = if shared { 1 } else { qps };
@@ -397,6 +423,7 @@ fn concurrent(dev: &DeviceRef, qps: u32, shared: bool, imp: Impl) -> Result<(i64
                 qp: QpPtr(raw),
                 imp,
                 result: AtomicU32::new(0),
+                cpu_ns: AtomicU64::new(0),
             }),
             GFP_KERNEL,
         )?;
@@ -426,7 +453,8 @@ fn concurrent(dev: &DeviceRef, qps: u32, shared: bool, imp: Impl) -> Result<(i64
         );
         return Err(EINVAL);
     }
-    Ok((ns, busy))
+    let drainers = jobs.iter().map(|j| j.cpu_ns.load(Ordering::Relaxed)).sum();
+    Ok((ns, busy, drainers))
 }
 
 /// A round of a concurrent cell.
@@ -437,17 +465,20 @@ struct Round {
     i: u32,
     ns: i64,
     busy: u64,
+    drainers: u64,
 }
 
 /// Runs `rounds` rounds of each concurrent cell, Rust and C in turn (which
-/// goes first alternates), keeping each in `kept`, whose capacity the caller
-/// reserved.
+/// goes first alternates), after one discarded round (the unbound
+/// workqueue's pool grows in the first), keeping each in `kept`, whose
+/// capacity the caller reserved.
 fn run_concurrent(rounds: u32, kept: &mut KVec<Round>) -> Result {
     let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
     let with_c = cfg!(CONFIG_INFINIBAND_DRAIN_C_REFERENCE);
     for qps in CONCURRENT {
         for shared in [false, true] {
-            for i in 0..rounds {
+            let warmup = u32::from(rounds > 1);
+            for i in 0..warmup + rounds {
                 let mut arms = [Impl::Rust, Impl::C];
                 if i % 2 == 1 {
                     arms.reverse();
@@ -456,7 +487,11 @@ fn run_concurrent(rounds: u32, kept: &mut KVec<Round>) -> Result {
                     if imp == Impl::C && !with_c {
                         continue;
                     }
-                    let (ns, busy) = concurrent(&dev, qps, shared, imp)?;
+                    let (ns, busy, drainers) = concurrent(&dev, qps, shared, imp)?;
+                    if i < warmup {
+                        continue;
+                    }
+                    let i = i - warmup;
                     kept.push(
                         Round {
                             qps,
@@ -465,6 +500,7 @@ fn run_concurrent(rounds: u32, kept: &mut KVec<Round>) -> Result {
                             i,
                             ns,
                             busy,
+                            drainers,
                         },
                         GFP_KERNEL,
                     )?;
@@ -513,7 +549,8 @@ impl kernel::Module for DrainBench {
         for r in &kept {
             let (qps, name, i, ns, busy) = (r.qps, r.imp.name(), r.i, r.ns, r.busy);
             let cqs = if r.shared { "shared" } else { "own" };
-            pr_info!("concurrent,{qps},{cqs},{name},{i},{ns},{busy}\n");
+            let drainers = r.drainers;
+            pr_info!("concurrent,{qps},{cqs},{name},{i},{ns},{busy},{drainers}\n");
         }
         match res {
             Ok(()) => pr_info!("end,ok\n"),
