@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Usage: scripts/build.sh FLAVOUR
 # (OVERLAY=DIR SRC_TREE=DIR: build another overlay in another tree, as make
-# mutants does with its flavour "mutant", the test kernel's config.)
+# mutants does with its flavours "mutant" and "mutant-debug", the test and
+# debug kernels' configs.)
 # Build the test kernel of FLAVOUR (its Kconfig fragments are listed below)
 # out of tree in $CACHE/build-FLAVOUR, then the project's modules (Kbuild),
 # and install all modules into $CACHE/build-FLAVOUR/mods.
@@ -10,7 +11,7 @@
 flavour=${1:-test}
 case "$flavour" in
 test | mutant) frags=("$TOP/scripts/config/base.config") ;;
-debug) frags=("$TOP/scripts/config/base.config" "$TOP/scripts/config/debug.config") ;;
+debug | mutant-debug) frags=("$TOP/scripts/config/base.config" "$TOP/scripts/config/debug.config") ;;
 upstream) frags=("$TOP/scripts/config/base.config" "$TOP/scripts/config/debug.config"
 	"$TOP/scripts/config/upstream.config") ;;
 bench) frags=("$TOP/scripts/config/base.config" "$TOP/scripts/config/bench.config") ;;

@@ -23,7 +23,7 @@ KINDS = [
 ]
 
 
-def caught(results: str) -> str:
+def caught(results: str, flavour: str = "mutant") -> str:
     """The line for RESULTS, a run-tests.sh output."""
     with open(results, errors="replace") as f:
         lines = f.read().splitlines()
@@ -40,7 +40,8 @@ def caught(results: str) -> str:
         if any(l.startswith("FAIL:") and needle in l for l in lines):
             out.append(label)
     if any("did not power off" in l for l in lines):
-        console = os.path.join(os.path.dirname(results), "console-mutant.log")
+        # run-tests.sh's console log for the mutant's flavour, beside it.
+        console = os.path.join(os.path.dirname(results), f"console-{flavour}.log")
         running = "?"
         with open(console, errors="replace") as f:
             for line in f:
@@ -56,9 +57,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         description=(__doc__ or "").partition("\n\n")[2],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results", metavar="RESULTS",
-                        help="run-tests.sh's output for the mutant (console-mutant.log beside it)")
+                        help="run-tests.sh's output for the mutant (console-FLAVOUR.log beside it)")
+    parser.add_argument("flavour", metavar="FLAVOUR", nargs="?", default="mutant",
+                        help="the kernel it booted: mutant (the default) or mutant-debug")
     args = parser.parse_args(argv)
-    print(caught(args.results))
+    print(caught(args.results, args.flavour))
 
 
 if __name__ == "__main__":

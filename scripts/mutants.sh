@@ -7,6 +7,10 @@
 # ($CACHE/mutant-src, build dir build-mutant, the test kernel's config),
 # booted and judged as `make test` does (run-tests.sh, the test
 # manifest), or caught by the build (a mutant's "# Build: PATTERN" line).
+# A mutant with a line "# Kernel: debug" is built and booted as make
+# test-debug does (flavour mutant-debug: the debug kernel's config, its
+# kernel arguments and timeout, the debug manifest): what only the debug
+# kernel checks (might_sleep(), the hung-task report).
 # Each must be caught: a run that passes is a failure of `make mutants`.
 # Prints a table (also out/mutants.md): breakage, what caught it, time.
 # NAME selects mutants by file name prefix.
@@ -46,7 +50,13 @@ for m in "${chosen[@]}"; do
 	# A mutant with a line "# Build: PATTERN" is caught by a build that fails
 	# with PATTERN in its log (a const assertion).
 	build_pat=$(sed -n 's/^# Build: //p' "$TOP/scripts/mutants/$m")
-	if ! "$TOP/scripts/build.sh" mutant >"$CACHE/logs/mutant-build.log" 2>&1; then
+	flavour=mutant timeout=${MUTANT_BOOT_TIMEOUT:-600} args=panic_on_warn=1
+	if grep -qx '# Kernel: debug' "$TOP/scripts/mutants/$m"; then
+		# As make test-debug (the Makefile), with its fewest cycles.
+		flavour=mutant-debug timeout=${MUTANT_BOOT_TIMEOUT:-3000}
+		args="kunit.filter_glob=rdma_drain* rust_drain_stress_cycles=100 rust_drain_nvme_cycles=10 rust_drain_ulp_cycles=1 rust_drain_ulps=srp,iser rust_drain_cq_race_loops=50"
+	fi
+	if ! "$TOP/scripts/build.sh" "$flavour" >"$CACHE/logs/mutant-build.log" 2>&1; then
 		if [ -n "$build_pat" ] && cat "$CACHE/logs/mutant-build.log" "$CACHE/logs/build-mutant.log" 2>/dev/null | grep -E "$build_pat" >/dev/null; then
 			caught="the build ($build_pat)"
 		else
@@ -57,16 +67,16 @@ for m in "${chosen[@]}"; do
 		caught="NOT CAUGHT (built, though it should fail with $build_pat)"
 		rc=1
 	else
-		"$TOP/scripts/initramfs.sh" mutant >/dev/null 2>&1 || die mutants "" "initramfs failed"
+		"$TOP/scripts/initramfs.sh" "$flavour" >/dev/null 2>&1 || die mutants "" "initramfs failed"
 		res=$CACHE/logs/mutant-results.log
 		# make test's timeout: a shorter one ends every run before the
 		# last suites, and "catches" a mutant that breaks nothing.
-		if BOOT_TIMEOUT=${MUTANT_BOOT_TIMEOUT:-600} KERNEL_ARGS=panic_on_warn=1 \
-			"$TOP/scripts/run-tests.sh" mutant test >"$res" 2>&1; then
+		if BOOT_TIMEOUT=$timeout KERNEL_ARGS=$args \
+			"$TOP/scripts/run-tests.sh" "$flavour" test >"$res" 2>&1; then
 			caught="NOT CAUGHT"
 			rc=1
 		else
-			caught=$(python3 "$TOP/scripts/mutants-caught.py" "$res")
+			caught=$(python3 "$TOP/scripts/mutants-caught.py" "$res" "$flavour")
 		fi
 	fi
 	echo "| ${m%.patch}: $what | $caught | $(($(date +%s) - start)) |" >>"$table"

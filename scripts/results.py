@@ -46,6 +46,8 @@ EXPECTED_REPORTS: dict[str, re.Pattern[str] | tuple[re.Pattern[str], re.Pattern[
     "rdma_drain_siw_srq_bound": (re.compile(r"blocked for more than"),
                            re.compile(r"\bib_drain_qp(_c)?\+|\bkunit_try_catch_run\+")),
     "rdma_drain_failed_destroy": re.compile(r"ib_destroy_qp_user\(\) failed"),
+    # The one WARN of a refusal site refused three times (the guest counts it).
+    "rdma_drain_warn_once": re.compile(r"WARNING: \S*drain\.rs:\d+ at "),
     # The same line, if the console prints it after the guest's next marker.
     "rdma_drain_failed_destroy_kept": re.compile(r"ib_destroy_qp_user\(\) failed"),
 }
@@ -55,7 +57,7 @@ SUITE_START = re.compile(r"^    # Subtest: (\S+)$|^rust-drain: suite (\S+) start
 SUITE_END = re.compile(r"^(?:not )?ok \d+ (\S+)")
 CATEGORIES = [
     ("unit, fake provider", ["rdma_drain_unit", "rdma_drain_unit_srq"]),
-    ("fault injection", ["rdma_drain_unit_faults", "rdma_drain_unit_c_reference",
+    ("fault injection", ["rdma_drain_unit_faults", "rdma_drain_unit_c_reference", "rdma_drain_warn_once",
                          "rdma_drain_might_sleep", "rdma_drain_rxe_faults",
                          "rdma_drain_hung_task", "rdma_drain_hung_task_report"]),
     ("rxe", ["rdma_rxe_setup", "rdma_drain_rxe", "rdma_drain_teardown"]),

@@ -29,14 +29,28 @@ if [ "$mode" = demo ]; then
 fi
 cat "$CACHE/logs/check-symbols.log" "$CACHE/logs/vcpus.log"
 # A drain that waits long is reported by one line naming device, QP, queue
-# and CQ (no WARN): ib_core's fault suite has two such drains on its fake
-# device, each ~11 s (a report every 5 s would print two lines each), and
-# the debug kernel's hung-task suite one more.
+# and CQ (no WARN), while it still waits: ib_core's fault suite has two such
+# drains on its fake device, each ~11 s, and the debug kernel's hung-task
+# suite one more (60 s). Each prints "stuck drain begins" right before the
+# drain and "stuck drain's marker completes" when its marker is completed:
+# one stuck line must come between the two, 5 to 10 s after the first (a
+# line every 5 s would make two; one printed only when the marker came, none).
 stuck_rc=0
-n_stuck=$(tr -d '\r' <"$log" | grep -c 'fake0: QP 0x42: recv drain waiting for 5 s on CQ 0, marker not reaped yet' || true)
+n_stuck=$(tr -d '\r' <"$log" | awk '
+	function ts(l) { return substr(l, 2, index(l, "]") - 2) + 0 }
+	/^\[ *[0-9.]+\] ib_drain_test: stuck drain begins$/ { t0 = ts($0); lines = 0; open = 1; next }
+	/^\[ *[0-9.]+\] fake0: QP 0x42: recv drain waiting for 5 s on CQ 0, marker not reaped yet/ {
+		if (open && ts($0) - t0 >= 5 && ts($0) - t0 <= 10) lines++; else bad++
+		next
+	}
+	/^\[ *[0-9.]+\] ib_drain_test: stuck drain.s marker completes$/ {
+		if (open && lines == 1) ok++; else bad++
+		open = 0
+	}
+	END { print (bad ? -1 : ok + 0) }')
 n_faults=$(tr -d '\r' <"$log" | grep -cE '# Subtest: rdma_drain_unit_faults$' || true)
 n_hung=$(tr -d '\r' <"$log" | grep -cE '# Subtest: rdma_drain_hung_task$' || true)
-echo "stuck drains: $n_stuck lines for $n_faults fault suite runs (2 each) and $n_hung hung-task runs (1 each)"
+echo "stuck drains: $n_stuck reported once while waiting, for $n_faults fault suite runs (2 each) and $n_hung hung-task runs (1 each); -1: a line out of place"
 [ "$n_faults" -ge 1 ] && [ "$n_stuck" -eq $((2 * n_faults + n_hung)) ] || stuck_rc=1
 # Every refusal of ib_core's fault suite printed its line naming the
 # device, QP, queue, errno and reason (the WARNs are counted by the suite).
@@ -44,6 +58,7 @@ refusal_rc=0
 for why in 'send queue: -22: cannot move the QP to the error state' \
 	'recv queue: -22: cannot move the QP to the error state' \
 	'recv queue: -12: cannot post the marker' \
+	'send queue: -12: cannot post the marker' \
 	'recv queue: -22: its CQ is not from ib_alloc_cq()' \
 	'recv queue: -22: its receives come from an SRQ, drain it with ib_drain_qp()' \
 	'recv queue: -22: no CQ' \
@@ -71,19 +86,32 @@ if grep -qx 'CONFIG_KASAN=y' "$CACHE/build-$flavour/.config"; then
 	tr -d '\r' <"$log" | grep -A 40 'blocked for more than' | grep 'ib_drain_rq' >/dev/null || hung_rc=1
 	checks+=("hung_task_names_the_drain=$hung_rc")
 fi
-# The debug kernel calls one drain in atomic context: might_sleep() must
-# report it, at its line in drain.rs, with ib_drain_rq() on the stack.
+# The debug kernel calls each exported drain in atomic context: might_sleep()
+# must report each, at its line in drain.rs (the line of the might_sleep()
+# call in that export's body, read from the built source).
 if grep -qx 'CONFIG_DEBUG_ATOMIC_SLEEP=y' "$CACHE/build-$flavour/.config"; then
 	sleep_rc=0
-	tr -d '\r' <"$log" | grep -A 40 'BUG: sleeping function called from invalid context at drivers/infiniband/core/drain.rs:' |
-		grep 'ib_drain_rq' >/dev/null || sleep_rc=1
+	drain_rs=${SRC_TREE:-$CACHE/src}/drivers/infiniband/core/drain.rs
+	for f in ib_drain_sq ib_drain_rq ib_drain_qp; do
+		line=$(awk -v f="$f" '$0 ~ "fn " f "\\(" { in_f = 1; next } in_f && /fn / { exit } in_f && /might_sleep\(\);/ { print NR; exit }' "$drain_rs")
+		if [ -z "$line" ] || ! tr -d '\r' <"$log" |
+			grep -E "BUG: sleeping function called from invalid context at drivers/infiniband/core/drain\.rs:$line\$" >/dev/null; then
+			echo "might_sleep(): no report from $f (drain.rs:${line:-none})"
+			sleep_rc=1
+		fi
+	done
 	checks+=("might_sleep_names_the_drain=$sleep_rc")
 fi
 # Every suite this flavour must report, with its least number of cases and
 # runs (with INFINIBAND=m, ib_core's and the rxe suites run again after the
 # ib_core reload).
 # (make mutants boots a broken test kernel: it must meet the test manifest.)
-expect=$TOP/scripts/expected/${flavour/mutant/test}.suites
+case $flavour in
+mutant) expect="test" ;;
+mutant-debug) expect=debug ;;
+*) expect=$flavour ;;
+esac
+expect=$TOP/scripts/expected/$expect.suites
 rc=0
 python3 "$TOP/scripts/results.py" "$CACHE/src" "$log" "${checks[@]}" "expect=$expect" || rc=$?
 [ "$rc" = 0 ] || echo "console log: $log"

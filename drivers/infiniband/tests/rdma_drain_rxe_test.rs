@@ -774,12 +774,9 @@ mod soundness_tests {
         Ok(())
     }
 
-    /// A QP in RESET has nothing posted, so neither `reset()` nor the drop
-    /// drains it, and only the provider can move it out: `set_error_state()`
-    /// through `Deref` is refused (the IB state table has no RESET -> ERR;
-    /// rxe says `EINVAL`), and the QP stays in RESET. A provider can move a
-    /// QP on its own, so `OwnedQp` asks the state each time instead of
-    /// remembering it (mutant 23).
+    /// A QP in RESET can only be moved out by its provider's rules:
+    /// `set_error_state()` through `Deref` is refused (the IB state table
+    /// has no RESET -> ERR; rxe says `EINVAL`), and the QP stays in RESET.
     #[test]
     fn a_qp_in_reset_is_not_moved_behind_its_handle() -> Result {
         let dev = rxe()?;
@@ -793,6 +790,37 @@ mod soundness_tests {
         let moved = qp.set_error_state();
         assert_eq!(moved, Err(EINVAL));
         assert_eq!(qp.state()?, QpState::Reset);
+        Ok(())
+    }
+
+    /// A QP on an SRQ that left RESET may hold a receive it took from the
+    /// SRQ, though none of its own slots is in use: `reset()` drains it
+    /// whole (error state, Last WQE Reached) before RESET. `OwnedQp` asks
+    /// the provider for the state each time rather than remember it (mutant
+    /// 23: a handle that takes "no slot in use" for idle skips that drain,
+    /// and rxe raises no event).
+    #[test]
+    fn a_qp_on_an_srq_out_of_reset_is_drained_whole_by_reset() -> Result {
+        let dev = rxe()?;
+        let pd = Pd::alloc(&dev)?;
+        let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Softirq)?;
+        let srq = OwnedSrq::new(&pd, 4, PollContext::Softirq, Counter::default())?;
+        let cfg = QpConfig {
+            send_depth: 1,
+            recv_depth: 0,
+        };
+        let mut qp = OwnedQp::create_rc_on_srq(&pd, &cq, &srq, cfg)?;
+        qp.init(1)?;
+        let before = qp.last_wqe_events();
+        qp.reset()?;
+        // The core wakes the drain before the QP's own handler counts the
+        // event: give that handler a moment.
+        let drained = wait_until(1000, || qp.last_wqe_events() > before);
+        let state = qp.state()?;
+        drop((qp, srq));
+        assert_eq!(before, 0);
+        assert!(drained);
+        assert_eq!(state, QpState::Reset);
         Ok(())
     }
 
