@@ -45,9 +45,15 @@ def caught(results: str, flavour: str = "mutant") -> str:
         running = "?"
         with open(console, errors="replace") as f:
             for line in f:
+                line = line.rstrip("\r\n")
                 m = re.search(r"# Subtest: (\S+)|rust-drain: suite (\S+) starts", line)
                 if m:
                     running = m.group(1) or m.group(2)
+                # A suite that failed before the hang: results.py, which
+                # would name it, does not run after a boot timeout.
+                m = re.match(r"^(?:\[\s*[\d.]+\]\s*)?not ok \d+ (\S+)$", line)
+                if m:
+                    out.append(m.group(1))
         out.append(f"hung in {running} (boot timeout)")
     return ", ".join(dict.fromkeys(out)) or "the run failed (see its results)"
 
