@@ -13,7 +13,9 @@
 # kernel checks (might_sleep(), the hung-task report).
 # Each must be caught: a run that passes is a failure of `make mutants`.
 # Prints a table (also out/mutants.md): breakage, what caught it, time.
-# NAME selects mutants by file name prefix.
+# NAME selects mutants by file name prefix. Each boot stops at the first
+# failed test (boot.sh's STOP_AT_FAILURE); MUTANTS_FULL=1 runs each to its
+# end, to name every suite that catches it.
 . "$(dirname "$0")/lib.sh"
 
 mapfile -t all < <(cd "$TOP/scripts/mutants" && ls -- *.patch)
@@ -71,7 +73,9 @@ for m in "${chosen[@]}"; do
 		res=$CACHE/logs/mutant-results.log
 		# make test's timeout: a shorter one ends every run before the
 		# last suites, and "catches" a mutant that breaks nothing.
-		if BOOT_TIMEOUT=$timeout KERNEL_ARGS=$args \
+		stop=1
+		[ "${MUTANTS_FULL:-0}" = 1 ] && stop=0
+		if BOOT_TIMEOUT=$timeout KERNEL_ARGS=$args STOP_AT_FAILURE=$stop \
 			"$TOP/scripts/run-tests.sh" "$flavour" test >"$res" 2>&1; then
 			caught="NOT CAUGHT"
 			rc=1

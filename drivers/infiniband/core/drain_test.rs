@@ -127,6 +127,8 @@ struct Fake {
     posted_has_next: AtomicBool,
     posted_opcode: AtomicU32,
     posted_cqe: AtomicPtr<bindings::ib_cqe>,
+    /// The CQ of the last post.
+    posted_cq: AtomicPtr<bindings::ib_cq>,
     /// Complete a posted marker from inside post (a provider that flushes at
     /// once, reaped by the core's poller).
     complete_on_post: AtomicBool,
@@ -168,6 +170,7 @@ static FAKE: Fake = Fake {
     posted_has_next: AtomicBool::new(false),
     posted_opcode: AtomicU32::new(u32::MAX),
     posted_cqe: AtomicPtr::new(null_mut()),
+    posted_cq: AtomicPtr::new(null_mut()),
     polled_cq: AtomicPtr::new(null_mut()),
     complete_on_post: AtomicBool::new(false),
     polls: AtomicU32::new(0),
@@ -215,6 +218,7 @@ impl Fake {
         self.posted_has_next.store(false, SeqCst);
         self.posted_opcode.store(u32::MAX, SeqCst);
         self.posted_cqe.store(null_mut(), SeqCst);
+        self.posted_cq.store(null_mut(), SeqCst);
         self.complete_on_post.store(true, SeqCst);
         self.trace_cq.store(null_mut(), SeqCst);
         self.polled_cq.store(null_mut(), SeqCst);
@@ -334,6 +338,7 @@ unsafe fn record_post(
     FAKE.posted_num_sge.store(num_sge, SeqCst);
     FAKE.posted_has_next.store(has_next, SeqCst);
     FAKE.posted_cqe.store(cqe, SeqCst);
+    FAKE.posted_cq.store(cq, SeqCst);
     if ret == 0 && FAKE.complete_on_post.load(SeqCst) {
         // SAFETY: The caller guarantees a valid CQ; `cqe` is the marker.
         unsafe { complete(cq, cqe) };
@@ -915,20 +920,19 @@ mod fault_tests {
         for sq in [false, true] {
             let mut s = Setup::new(SOFTIRQ)?;
             FAKE.post_ret.store(-(bindings::ENOMEM as i32), SeqCst);
-            let qp = s.qp();
-            // SAFETY: A valid fake QP; nothing else posts.
-            let drain = || unsafe {
-                if sq {
-                    bindings::ib_drain_sq(qp)
-                } else {
-                    bindings::ib_drain_rq(qp)
-                }
+            let drain = if sq {
+                bindings::ib_drain_sq
+            } else {
+                bindings::ib_drain_rq
             };
             // The post fails and the marker never completes: a drain that
-            // waited anyway would hang here (and time the run out).
-            let first = kunit::count_warnings(drain);
-            let again = kunit::count_warnings(drain);
-            assert_eq!((first, again), (Some(1), Some(1)));
+            // waited anyway is ended by the watcher after 3 s, and seen.
+            for _ in 0..2 {
+                let w = watched_drain(s, 3_000, drain)?;
+                s = w.s;
+                assert!(!w.rescued);
+                assert_eq!(w.warns, Some(1));
+            }
             let posts = (
                 FAKE.post_send_calls.load(SeqCst),
                 FAKE.post_recv_calls.load(SeqCst),
@@ -1044,7 +1048,7 @@ mod fault_tests {
     fn stuck_drain_on_a_softirq_cq_is_reported_once_and_waits() -> Result {
         let late = late_marker_drain(11_000)?;
         assert_eq!(late.warns, Some(0));
-        assert!(late.sent_before_return);
+        assert!(late.rescued);
         assert_eq!(FAKE.post_recv_calls.load(SeqCst), 1);
         Ok(())
     }
@@ -1381,65 +1385,89 @@ fn drain_rq_broken(setup: fn(&mut Setup)) -> Result<(Option<u32>, u32, u32, QpSt
     ))
 }
 
-/// What [`late_marker_drain`] saw.
-struct LateDrain {
+/// What [`watched_drain`] saw.
+struct Watched {
+    /// The fake QP, handed back.
+    s: Setup,
     /// WARNs raised by the drain.
     warns: Option<u32>,
-    /// The marker was completed before the drain returned.
-    sent_before_return: bool,
+    /// The drain had not returned after the watch's time: the watcher
+    /// completed the last marker posted (accepted or refused) to end it.
+    rescued: bool,
 }
 
-/// Drains the receive queue of a fake QP on a softirq CQ whose marker a
-/// worker completes only after `delay_ms`.
-fn late_marker_drain(delay_ms: i64) -> Result<LateDrain> {
+/// Runs `drain` on `s`'s fake QP while a worker watches: if it has not
+/// returned after `after_ms`, the worker completes the last marker the fake
+/// saw posted, accepted or refused, on its CQ. A drain that waits for a
+/// marker returns then, and reports it as [`Watched::rescued`]; one that
+/// waits for a refused marker would otherwise never return. A drain that
+/// returns at once costs the watcher one 10 ms poll.
+fn watched_drain(
+    mut s: Setup,
+    after_ms: i64,
+    drain: unsafe extern "C" fn(*mut bindings::ib_qp),
+) -> Result<Watched> {
     use kernel::io::poll::read_poll_timeout;
-    use kernel::time::{delay::fsleep, Delta};
+    use kernel::time::Delta;
     use kernel::workqueue;
-    static LATE_SENT: AtomicBool = AtomicBool::new(false);
-    static WORKER_DONE: AtomicBool = AtomicBool::new(false);
-    let mut s = Setup::new(SOFTIRQ)?;
-    FAKE.complete_on_post.store(false, SeqCst);
-    LATE_SENT.store(false, SeqCst);
-    WORKER_DONE.store(false, SeqCst);
-    // The CQ outlives the worker: the drain below returns only after the
-    // worker has completed the marker on it.
-    let cq = core::ptr::from_mut(&mut *s.recv_cq) as usize;
+    static RETURNED: AtomicBool = AtomicBool::new(false);
+    static RESCUED: AtomicBool = AtomicBool::new(false);
+    static WATCHER_DONE: AtomicBool = AtomicBool::new(false);
+    RETURNED.store(false, SeqCst);
+    RESCUED.store(false, SeqCst);
+    WATCHER_DONE.store(false, SeqCst);
     workqueue::system_long().try_spawn(GFP_KERNEL, move || {
-        fsleep(Delta::from_millis(delay_ms));
-        let cqe = FAKE.posted_cqe.swap(null_mut(), SeqCst);
-        LATE_SENT.store(true, SeqCst);
-        pr_info!("{STUCK_MARKER_DONE}\n");
-        if !cqe.is_null() {
-            // SAFETY: `cqe` is the posted marker, `cq` the fake's CQ.
-            unsafe { complete(cq as *mut bindings::ib_cq, cqe) };
+        let returned = read_poll_timeout(
+            || Ok(RETURNED.load(SeqCst)),
+            |&r| r,
+            Delta::from_millis(10),
+            Delta::from_millis(after_ms),
+        );
+        if returned.is_err() {
+            let cqe = FAKE.posted_cqe.swap(null_mut(), SeqCst);
+            RESCUED.store(true, SeqCst);
+            pr_info!("{STUCK_MARKER_DONE}\n");
+            if !cqe.is_null() {
+                // SAFETY: `cqe` is the marker of the drain still waiting
+                // (it has not returned), posted on `posted_cq`, a CQ of the
+                // fake QP, which stays until this worker is done.
+                unsafe { complete(FAKE.posted_cq.load(SeqCst), cqe) };
+            }
         }
-        WORKER_DONE.store(true, SeqCst);
+        WATCHER_DONE.store(true, SeqCst);
     })?;
     let qp = s.qp();
-    pr_info!("{STUCK_BEGINS}\n");
     // SAFETY: A valid fake QP; nothing else posts.
-    let warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
-    // Read before waiting for the worker, which sets it first.
-    let sent_before_return = LATE_SENT.load(SeqCst);
-    // A drain that returned too early left its marker, now a dead stack
-    // slot, posted: the worker must not complete it.
+    let warns = kunit::count_warnings(|| unsafe { drain(qp) });
+    // Read before telling the watcher, which sets it first.
+    let rescued = RESCUED.load(SeqCst);
+    // A drain that returned left its marker, if it posted one, a dead stack
+    // slot: the watcher must not complete it.
     FAKE.posted_cqe.store(null_mut(), SeqCst);
-    // Whatever the drain did, the fake CQ stays until the worker is done.
-    let worker_done = read_poll_timeout(
-        || Ok(WORKER_DONE.load(SeqCst)),
+    RETURNED.store(true, SeqCst);
+    // Whatever the drain did, the fake CQs stay until the watcher is done.
+    let watcher_done = read_poll_timeout(
+        || Ok(WATCHER_DONE.load(SeqCst)),
         |&done| done,
         Delta::from_millis(1),
-        Delta::from_millis(delay_ms + 10_000),
+        Delta::from_millis(after_ms + 10_000),
     );
-    if worker_done.is_err() {
-        // The worker may still use the fake CQ: leak it rather than free it.
+    if watcher_done.is_err() {
+        // The watcher may still use the fake CQs: leak them rather than
+        // free them.
         core::mem::forget(s);
         return Err(ETIMEDOUT);
     }
-    Ok(LateDrain {
-        warns,
-        sent_before_return,
-    })
+    Ok(Watched { s, warns, rescued })
+}
+
+/// Drains the receive queue of a fake QP on a softirq CQ whose marker is
+/// completed only after `delay_ms`, by [`watched_drain`]'s worker.
+fn late_marker_drain(delay_ms: i64) -> Result<Watched> {
+    let s = Setup::new(SOFTIRQ)?;
+    FAKE.complete_on_post.store(false, SeqCst);
+    pr_info!("{STUCK_BEGINS}\n");
+    watched_drain(s, delay_ms, bindings::ib_drain_rq)
 }
 
 /// A drain that waits longer than the hung-task timeout (20 s in the debug
@@ -1459,7 +1487,7 @@ mod hung_task_tests {
     fn a_drain_blocked_for_long_is_seen_by_the_hung_task_detector() -> Result {
         let late = late_marker_drain(60_000)?;
         assert_eq!(late.warns, Some(0));
-        assert!(late.sent_before_return);
+        assert!(late.rescued);
         Ok(())
     }
 }
