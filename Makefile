@@ -16,10 +16,12 @@
 #   make bench-steps  Rust's and C's softirq drain step by step under ftrace
 #   make bench-ulp  in-tree ULPs' teardown cycles over the Rust and the C drain
 #   make bench-inline  make bench, built with LLVM 22 and CONFIG_RUST_INLINE_HELPERS
-#   make kunit   the unit suites through the tree's own kunit.py
+#   make kunit   the drain's unit suites through the tree's kunit.py, on the
+#                drain series alone
 #   make lint    shellcheck, the scripts' Python unit tests, rustfmt, clippy
 #                (CLIPPY=1) and checkpatch.pl on the change
-#   make patches the whole change as a git format-patch series (out/patches/)
+#   make patches the drain series (out/patches/) and the RFC API series on it
+#                (out/patches-api/), as git format-patch series
 #   make patches-check  the kernel builds after each patch of the series
 #   make mutants deliberate breakages of the drain, each must fail a suite
 #   make clean   remove the build cache (it is rebuilt from nothing next time)

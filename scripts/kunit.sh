@@ -2,7 +2,9 @@
 # Usage: scripts/kunit.sh [kunit.py run options]
 # Run the drain's unit suites the kernel-developer way: the tree's own
 # tools/testing/kunit/kunit.py with drivers/infiniband/core/.kunitconfig, on
-# the working tree (pristine + overlay), build dir $CACHE/build-kunit.
+# the drain series alone (pristine + patches/00* and their new files: not
+# the API series, patches/01*, which the drain must not need), tree
+# $CACHE/kunit-src, build dir $CACHE/build-kunit.
 #
 # kunit.py starts QEMU with '-accel kvm' first. On these machines /dev/kvm
 # exists but KVM does not work (the guest hangs silently), so /dev/kvm is
@@ -11,8 +13,16 @@
 
 "$TOP/scripts/toolchain.sh"
 "$TOP/scripts/fetch-kernel.sh"
-"$TOP/scripts/prepare-tree.sh"
-cd "$CACHE/src" || die kunit "" "no working tree"
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+(cd "$TOP" && cp -a Kbuild rust drivers patches "$stage/")
+rm -f "$stage"/patches/01*.patch
+# shellcheck disable=SC2013 # words: a line of new-files gives several paths
+for path in $(sed -n 's/^01[^:]*: //p' "$TOP/patches/new-files"); do
+	rm -rf "${stage:?}/$path"
+done
+OVERLAY=$stage SRC_TREE=$CACHE/kunit-src "$TOP/scripts/prepare-tree.sh"
+cd "$CACHE/kunit-src" || die kunit "" "no working tree"
 step "kunit.py run (build dir $CACHE/build-kunit)"
 # shellcheck disable=SC2016 # expanded by the inner shell
 unshare -m sh -c 'if [ -e /dev/kvm ]; then mount --bind /dev/null /dev/kvm; fi; "$@"' sh \

@@ -10,6 +10,11 @@ renumbering (by its name without the number) and rewording (by its
 number, if no patch had its new name) in patches/new-files. Patches whose text did
 not change keep their file byte for byte (their hunks' context lines are
 what scripts/mutants/ patch, and the notes after "---", which git drops).
+Two series are kept in patches/: the drain's, numbered from 0001, and the
+API for Rust ULPs after it, from 0101 (make patches writes each with its
+cover letter). The API series begins at the first commit that had a number
+from 0101 on (by its name without the number); what follows it is
+numbered on from there.
 Builds nothing; run make patches after it.
 """
 import glob
@@ -68,9 +73,14 @@ def main():
         base + "..series")
     old = {os.path.basename(f): open(f).read() for f in glob.glob(TOP + "/patches/0*.patch")}
     old_slugs = {n[5:] for n in old}
+    api_slugs = {n[5:] for n in old if int(n[:4]) > 100}
     written, new_files = [], []
+    api_k = 0
     for commit, f in zip(commits, sorted(glob.glob(out + "/*.patch"))):
         name = os.path.basename(f)
+        if api_k or name[5:] in api_slugs:
+            api_k += 1
+            name = f"{100 + api_k:04d}-{name[5:]}"
         if name[5:] in by_slug:
             own = by_slug[name[5:]]
         elif name[5:] in old_slugs:
