@@ -4,8 +4,10 @@
 What failed in a run-tests.sh output, in one line for the `make mutants`
 table: suites with failed cases, failed host checks, then the kinds of
 run-level failure (kernel reports, a run cut short, missing suites). A
-guest that never powered off (a drain that hangs) is named by the suite
-that was running, from the console log beside RESULTS."""
+run stopped at its first failed test (make mutants' default) gives the
+suites that failed and "stopped there". A guest that never powered off
+(a drain that hangs) is named by the suite that was running, from the
+console log beside RESULTS."""
 
 from __future__ import annotations
 
@@ -32,6 +34,13 @@ def caught(results: str, flavour: str = "mutant") -> str:
         m = re.match(r"^  ([a-z_]+): \d+ passed, [1-9]\d* failed", line)
         if m and m.group(1) != "host_checks":
             out.append(m.group(1))
+    # A boot stopped at its first failed test (boot.sh's STOP_AT_FAILURE):
+    # the host checks and the missing suites that follow are its doing.
+    console = os.path.join(os.path.dirname(results), f"console-{flavour}.log")
+    if os.path.exists(console):
+        with open(console, errors="replace") as f:
+            if any(l.startswith("boot: stopped at the first failed test") for l in f):
+                return ", ".join(dict.fromkeys(out + ["stopped there"]))
     for line in lines:
         m = re.match(r"^FAIL: host check (\S+)", line)
         if m:
@@ -40,8 +49,6 @@ def caught(results: str, flavour: str = "mutant") -> str:
         if any(l.startswith("FAIL:") and needle in l for l in lines):
             out.append(label)
     if any("did not power off" in l for l in lines):
-        # run-tests.sh's console log for the mutant's flavour, beside it.
-        console = os.path.join(os.path.dirname(results), f"console-{flavour}.log")
         running = "?"
         with open(console, errors="replace") as f:
             for line in f:
