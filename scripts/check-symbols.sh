@@ -9,8 +9,8 @@
 #   kernel::infiniband is compiled into its users, so ib_core can be a module;
 # - the other way round, the work function that outlives its caller
 #   (drain_rq_concurrently()'s workers) is in vmlinux, and no Rust object
-#   of ib_core or of a project module has a copy; so is the QP event
-#   handler whose address C keeps;
+#   of ib_core or of a project module has a copy; so are the QP event
+#   handler and the slots' completion entry, whose addresses C keeps;
 # - the owner name that kernel::infiniband gives restrack is a string of
 #   vmlinux and of no module: restrack keeps the pointer, and an object can
 #   outlive the module that made it.
@@ -88,12 +88,15 @@ for t in infiniband::concurrent::DrainJob; do
 	fi
 done
 
-# The QP event handler that C keeps a pointer to is vmlinux's, too.
-handler='<kernel::infiniband::owned_qp::QpEvents>::handle'
-# shellcheck disable=SC2001 # per line, anchored at its start
-if ! grep -qxF "$handler" <<<"$(sed 's/^[0-9a-f]* [Tt] //' <<<"$kernel")"; then
-	fail "$handler is not in rust/kernel.o"
-else
+# The functions whose addresses C keeps for objects that may be leaked (a
+# QP's event handler, the slots' completion entry) are vmlinux's, too.
+for handler in '<kernel::infiniband::owned_qp::QpEvents>::handle' \
+	'<kernel::infiniband::slots::Slot>::forward'; do
+	# shellcheck disable=SC2001 # per line, anchored at its start
+	if ! grep -qxF "$handler" <<<"$(sed 's/^[0-9a-f]* [Tt] //' <<<"$kernel")"; then
+		fail "$handler is not in rust/kernel.o"
+		continue
+	fi
 	copies=$(for m in "${mods[@]}"; do
 		d=$(defined "$m" -C -j) || { echo "(unreadable)${m##*/}"; continue; }
 		# A substring: a local copy may carry a suffix (.llvm.N).
@@ -104,7 +107,7 @@ else
 	else
 		echo "symbols: $handler is in rust/kernel.o (vmlinux) only"
 	fi
-fi
+done
 
 # names OBJ: how many lines of OBJ, debug info left out (its type names
 # are qualified), hold the owner name with its NUL.
