@@ -11,18 +11,32 @@
  * and the module is held (a module reference) while its count is not zero:
  * rmmod fails with -EWOULDBLOCK, as for any module in use. The count is
  * dropped by ib_counted_cqe_done(), ib_core's code, after the module's
- * done() has returned, and then the entry's own count: an owner that sees
- * its entry idle may rmmod at once. A done() that posts again counts before
- * it returns, so the count does not pass through zero while a completion
+ * done() has returned. A done() that posts again counts before it
+ * returns, so the count does not pass through zero while a completion
  * runs.
+ *
+ * An entry is counted too: by its work requests and by its owner's
+ * reference. Whichever drops the last frees it, through its release(), so
+ * an owner never waits for a work request to complete: not even in a
+ * done(), where the wait would never end. The last work request frees it
+ * before it lets its module go, as release() is the module's code.
  *
  * A module that goes all the same (its init failed, or it posted while its
  * exit ran) is waited for before it is freed, by a module notifier.
+ *
+ * Objects whose teardown waits (a QP's drain, a CQ's free) and whose handle
+ * is dropped in a done(), or in atomic context, are torn down later, on a
+ * workqueue of ib_core's (ib_defer_drop()), holding the module whose code
+ * does it.
  */
 
 #include <linux/module.h>
+#include <linux/percpu.h>
+#include <linux/preempt.h>
+#include <linux/rcupdate.h>
 #include <linux/slab.h>
 #include <linux/wait_bit.h>
+#include <linux/workqueue.h>
 #include <rdma/ib_verbs.h>
 
 #include "core_priv.h"
@@ -37,6 +51,15 @@ struct ib_cqe_owner {
 
 static DEFINE_SPINLOCK(owners_lock);
 static LIST_HEAD(owners);
+
+/* Entries' done() or release() running on this CPU (see enter_done()). */
+static DEFINE_PER_CPU(unsigned int, in_done);
+
+/*
+ * Where the Rust ULPs' objects are torn down when their handles are dropped
+ * in a done() or in atomic context (ib_counted_cqe_in_done()).
+ */
+static struct workqueue_struct *teardown_wq;
 
 static struct ib_cqe_owner *find_owner(struct module *mod)
 {
@@ -82,12 +105,12 @@ static int attach_owner(struct ib_counted_cqe *c)
 
 /**
  * ib_counted_cqe_post - count a work request about to be posted with @c
- * @c: an entry with @c->cqe.done = ib_counted_cqe_done, @c->done and @c->mod
- *     set (@c->mod: the module that @c->done is code of, NULL if built in),
- *     whose @c->outstanding counts the work request already
+ * @c: an entry with @c->cqe.done = ib_counted_cqe_done, @c->done,
+ *     @c->release and @c->mod set (@c->mod: the module that they are code
+ *     of, NULL if built in), whose @c->refs counts the work request already
  *
  * Return: 0, or -ENOMEM; then the work request must not be posted, and the
- * caller takes it off @c->outstanding.
+ * caller takes it off @c->refs.
  */
 int ib_counted_cqe_post(struct ib_counted_cqe *c)
 {
@@ -109,25 +132,75 @@ int ib_counted_cqe_post(struct ib_counted_cqe *c)
 }
 EXPORT_SYMBOL_GPL(ib_counted_cqe_post);
 
+/* Forgets @c's owner, before @c is freed. */
+static void owner_forget(struct ib_counted_cqe *c)
+{
+	struct ib_cqe_owner *o = c->mod ? c->owner : NULL;
+	unsigned long flags;
+
+	if (!o)
+		return;
+	spin_lock_irqsave(&owners_lock, flags);
+	/* Unlisted: its module has gone, and this was its last entry. */
+	if (!--o->entries && list_empty(&o->list))
+		kfree(o);
+	spin_unlock_irqrestore(&owners_lock, flags);
+}
+
 /*
- * Drops @n of @c's outstanding work requests: its module's count first, so
- * that once @c shows none outstanding (its owner may then rmmod), the module
- * is no longer held. @c may be freed after this.
+ * A done() or release() runs on one CPU, counted there, so that
+ * ib_counted_cqe_in_done() can tell: without preemption, so that one that
+ * sleeps is reported in every poll context; on PREEMPT_RT, where its
+ * spinlocks sleep, only without migration, and another task that runs on
+ * the CPU meanwhile defers its teardowns too.
+ */
+static void enter_done(void)
+{
+	if (IS_ENABLED(CONFIG_PREEMPT_RT))
+		migrate_disable();
+	else
+		preempt_disable();
+	this_cpu_inc(in_done);
+}
+
+static void exit_done(void)
+{
+	this_cpu_dec(in_done);
+	if (IS_ENABLED(CONFIG_PREEMPT_RT))
+		migrate_enable();
+	else
+		preempt_enable();
+}
+
+/* Drops @n references to @c; the last frees it. */
+static void entry_unref(struct ib_counted_cqe *c, long n)
+{
+	if (atomic_long_sub_and_test(n, &c->refs)) {
+		owner_forget(c);
+		enter_done();
+		c->release(c);
+		exit_done();
+	}
+}
+
+/*
+ * Drops @n of @c's outstanding work requests: the entry's references first,
+ * which may free it with its module's code, then its module's count.
  */
 static void entry_put(struct ib_counted_cqe *c, long n)
 {
 	struct ib_cqe_owner *o = c->mod ? READ_ONCE(c->owner) : NULL;
 
+	entry_unref(c, n);
 	/*
-	 * A module that goes regardless (failed init) may be freed, @c with
-	 * it, once its count is zero: the notifier lets a grace period pass.
+	 * A module that goes regardless (failed init) may be freed once its
+	 * count is zero: the notifier lets a grace period pass.
 	 */
 	rcu_read_lock();
 	if (o && atomic_long_sub_and_test(n, &o->posted)) {
 		module_put(o->mod);
 		wake_up_var(&o->posted);
 	}
-	atomic_long_sub_return_release(n, &c->outstanding);
 	rcu_read_unlock();
 }
 
@@ -156,30 +229,73 @@ void ib_counted_cqe_done(struct ib_cq *cq, struct ib_wc *wc)
 	struct ib_counted_cqe *c =
 		container_of(wc->wr_cqe, struct ib_counted_cqe, cqe);
 
+	enter_done();
 	c->done(cq, wc);
+	exit_done();
 	/* The module's code has returned: now it may go. */
 	entry_put(c, 1);
 }
 EXPORT_SYMBOL_GPL(ib_counted_cqe_done);
 
 /**
- * ib_counted_cqe_release - forget an entry before it is freed
- * @c: an entry with no work request outstanding
+ * ib_counted_cqe_in_done - whether this is a counted entry's done() or
+ *	release(), or atomic context
+ *
+ * A held spinlock, or an RCU read-side section, shows only with
+ * CONFIG_PREEMPT_COUNT, as for might_sleep().
+ *
+ * Return: true where a teardown must not wait: in a done(), a drain or a
+ * CQ's free would wait for the very completion being handled, and in
+ * atomic context they may not sleep.
  */
-void ib_counted_cqe_release(struct ib_counted_cqe *c)
+bool ib_counted_cqe_in_done(void)
 {
-	struct ib_cqe_owner *o = c->mod ? c->owner : NULL;
-	unsigned long flags;
-
-	if (!o)
-		return;
-	spin_lock_irqsave(&owners_lock, flags);
-	/* Unlisted: its module has gone, and this was its last entry. */
-	if (!--o->entries && list_empty(&o->list))
-		kfree(o);
-	spin_unlock_irqrestore(&owners_lock, flags);
+	if (this_cpu_read(in_done) || !in_task())
+		return true;
+	return IS_ENABLED(CONFIG_PREEMPT_COUNT) &&
+	       (!preemptible() || rcu_preempt_depth());
 }
-EXPORT_SYMBOL_GPL(ib_counted_cqe_release);
+EXPORT_SYMBOL_GPL(ib_counted_cqe_in_done);
+
+static void deferred_drop_work(struct work_struct *work)
+{
+	struct ib_deferred_drop *d =
+		container_of(work, struct ib_deferred_drop, work);
+	struct module *mod = d->mod;
+
+	d->run(d);
+	/* @d is freed, and @run has returned: now its module may go. */
+	module_put(mod);
+}
+
+/**
+ * ib_defer_drop - tear an object down later, in process context
+ * @d: with @d->run and @d->mod set; @d->run tears the object down and frees
+ *     @d, on ib_core's teardown workqueue
+ *
+ * @d->mod is held until @d->run has returned.
+ *
+ * Return: false if @d->mod is going; then nothing is queued.
+ */
+bool ib_defer_drop(struct ib_deferred_drop *d)
+{
+	if (!try_module_get(d->mod))
+		return false;
+	INIT_WORK(&d->work, deferred_drop_work);
+	queue_work(teardown_wq, &d->work);
+	return true;
+}
+EXPORT_SYMBOL_GPL(ib_defer_drop);
+
+/**
+ * ib_counted_cqe_put - drop the owner's reference to an entry
+ * @c: the entry; freed here, or by its last outstanding work request
+ */
+void ib_counted_cqe_put(struct ib_counted_cqe *c)
+{
+	entry_unref(c, 1);
+}
+EXPORT_SYMBOL_GPL(ib_counted_cqe_put);
 
 /*
  * A module goes although it is held: its init failed, or it posted while its
@@ -226,12 +342,17 @@ static struct notifier_block counted_cqes_nb = {
 	.priority = INT_MAX,
 };
 
-void ib_counted_cqe_init(void)
+int ib_counted_cqe_init(void)
 {
+	teardown_wq = alloc_workqueue("ib_teardown", WQ_UNBOUND, 0);
+	if (!teardown_wq)
+		return -ENOMEM;
 	register_module_notifier(&counted_cqes_nb);
+	return 0;
 }
 
 void ib_counted_cqe_cleanup(void)
 {
 	unregister_module_notifier(&counted_cqes_nb);
+	destroy_workqueue(teardown_wq);
 }

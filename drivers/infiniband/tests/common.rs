@@ -155,7 +155,7 @@ pub(crate) fn reconnect_pair(a: &mut OwnedQp, b: &mut OwnedQp, gid: &GidAttr) ->
 /// Polls `done()` every millisecond for at most `limit_ms`; returns its last
 /// value, so that a wait that runs out fails its test instead of hanging it.
 #[allow(dead_code)] // Not every module that shares this file waits.
-pub(crate) fn wait_until(limit_ms: u32, done: impl Fn() -> bool) -> bool {
+pub(crate) fn wait_until(limit_ms: u32, mut done: impl FnMut() -> bool) -> bool {
     for _ in 0..limit_ms {
         if done() {
             return true;

@@ -41,7 +41,6 @@ use kernel::prelude::*;
 use kernel::sync::{Arc, Completion};
 use kernel::time::{msecs_to_jiffies, Instant, Monotonic};
 use kernel::workqueue::{self, Work, WorkItem};
-use pin_init::stack_pin_init;
 
 module! {
     type: DrainBench,
@@ -161,11 +160,11 @@ fn one(dev: &DeviceRef, ctx: PollContext, n: u32, imp: Impl) -> Result<i64> {
     let pd = Pd::alloc(dev)?;
     let cq = OwnedCq::alloc(dev, n + 3, 0, ctx_used)?;
     let all = Arc::pin_init(Completion::new(), GFP_KERNEL)?;
-    stack_pin_init!(let cqe = Cqe::new(Counter {
+    let cqe = Cqe::new(Counter {
         count: AtomicU32::new(0),
         target: n,
         all: all.clone(),
-    }));
+    })?;
     let mut qp = OwnedQp::create_rc(
         &pd,
         &cq,
@@ -177,7 +176,7 @@ fn one(dev: &DeviceRef, ctx: PollContext, n: u32, imp: Impl) -> Result<i64> {
     )?;
     qp.init(1)?;
     for _ in 0..n {
-        qp.rq().post(cqe.as_ref())?;
+        qp.rq().post(&cqe)?;
     }
     let start = Instant::<Monotonic>::now();
     match imp {
@@ -400,11 +399,11 @@ fn concurrent(dev: &DeviceRef, qps: u32, shared: bool, imp: Impl) -> Result<(i64
         )?;
     }
     let all = Arc::pin_init(Completion::new(), GFP_KERNEL)?;
-    stack_pin_init!(let cqe = Cqe::new(Counter {
+    let cqe = Cqe::new(Counter {
         count: AtomicU32::new(0),
         target: qps,
         all,
-    }));
+    })?;
     let mut owned = KVec::with_capacity(qps as usize, GFP_KERNEL)?;
     let mut jobs = KVec::with_capacity(qps as usize, GFP_KERNEL)?;
     for i in 0..qps as usize {
@@ -415,7 +414,7 @@ fn concurrent(dev: &DeviceRef, qps: u32, shared: bool, imp: Impl) -> Result<(i64
         };
         let mut qp = OwnedQp::create_rc(&pd, cq, cq, config)?;
         qp.init(1)?;
-        qp.rq().post(cqe.as_ref())?;
+        qp.rq().post(&cqe)?;
         let raw = qp.as_raw();
         let job = Arc::pin_init(
             pin_init!(Job {

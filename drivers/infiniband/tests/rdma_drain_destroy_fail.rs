@@ -15,7 +15,6 @@ use kernel::infiniband::{
     Cqe, GidAttr, OwnedCq, OwnedQp, OwnedSrq, Pd, PollContext, QpConfig, RcParams,
 };
 use kernel::prelude::*;
-use pin_init::stack_pin_init;
 
 module! {
     type: DestroyFail,
@@ -51,7 +50,7 @@ mod tests {
         let gid = GidAttr::find(&dev, 1, GidAttr::is_ipv4)?;
         let pd = Pd::alloc(&dev)?;
         let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Softirq)?;
-        stack_pin_init!(let sent = Cqe::new(Counter::default()));
+        let sent = Cqe::new(Counter::default())?;
         let srq = OwnedSrq::new(&pd, 2, PollContext::Softirq, Counter::default())?;
         let on_srq = QpConfig {
             send_depth: 1,
@@ -83,10 +82,10 @@ mod tests {
         drop(pd);
         drop(cq);
         for _ in 0..2 {
-            b.sq().post_send(sent.as_ref())?;
+            b.sq().post_send(&sent)?;
         }
         wait_until(10_000, || sent.outstanding() == 0);
-        b.drain();
+        b.drain()?;
         let (ok, flushed, failed) = sent.handler().counts();
         assert_eq!(ok, 0);
         assert!(failed >= 1);

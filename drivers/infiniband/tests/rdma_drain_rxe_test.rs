@@ -11,18 +11,19 @@
 //!
 //! Written as a Rust ULP would be: no raw bindings, and the drain contract
 //! (room for the marker, nobody posting during a drain) holds by
-//! construction.
+//! construction. The exception: two soundness cases play a provider that
+//! lacks a capability by clearing it on rxe1 (`with_rxe1_lacking`).
 
-use core::sync::atomic::{AtomicI32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use kernel::bindings;
 use kernel::infiniband::{
-    drain_rq_concurrently, Cqe, GidAttr, OwnedCq, OwnedQp, OwnedSrq, Pd, PollContext, QpConfig,
-    QpState, RegisteredDevice,
+    drain_rq_concurrently, CompletionHandler, Cqe, GidAttr, OwnedCq, OwnedQp, OwnedSrq, Pd,
+    PollContext, QpConfig, QpState, RegisteredDevice, WorkCompletion,
 };
-use kernel::sync::{Arc, Completion};
+use kernel::sync::{new_spinlock_irq, Arc, Completion, SpinLockIrq};
 use kernel::time::{delay::fsleep, Delta};
 use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
 use kernel::{kunit, prelude::*};
-use pin_init::stack_pin_init;
 
 module! {
     type: RxeDrainTest,
@@ -54,7 +55,7 @@ fn drain_rq_case(p: &Provider, ctx: PollContext, n: u32) -> Result<(u32, u32, u3
     let pd = Pd::alloc(&dev)?;
     let cq = OwnedCq::alloc(&dev, RQ_DEPTH + 2, 0, ctx)?;
     // Declared before the QP: the QP is dropped (and drained) first.
-    stack_pin_init!(let cqe = Cqe::new(Counter::default()));
+    let cqe = Cqe::new(Counter::default())?;
     let mut qp = OwnedQp::create_rc(
         &pd,
         &cq,
@@ -66,9 +67,9 @@ fn drain_rq_case(p: &Provider, ctx: PollContext, n: u32) -> Result<(u32, u32, u3
     )?;
     qp.init(1)?;
     for _ in 0..n {
-        qp.rq().post(cqe.as_ref())?;
+        qp.rq().post(&cqe)?;
     }
-    qp.drain_rq();
+    qp.drain_rq()?;
     let counts = cqe.handler().counts();
     // The drain consumed everything: a direct CQ has nothing left to reap.
     let left = qp.rq().poll_cq_direct();
@@ -102,9 +103,9 @@ fn drain_sq_and_qp_case(p: &Provider, ctx: PollContext) -> Result {
         },
     )?;
     qp.init(1)?;
-    qp.drain_sq();
-    qp.drain_rq();
-    qp.drain();
+    qp.drain_sq()?;
+    qp.drain_rq()?;
+    qp.drain()?;
     check(
         p,
         format_args!("{ctx:?}: the state after the drains"),
@@ -140,8 +141,8 @@ fn live_traffic_case(ctx: PollContext, k: u32, r: u32) -> Result<((u32, u32, u32
     let pd = Pd::alloc(&dev)?;
     let cq_a = OwnedCq::alloc(&dev, 2 * (k + 1), 0, PollContext::Softirq)?;
     let cq_b = OwnedCq::alloc(&dev, 2 * (r + 1), 0, ctx)?;
-    stack_pin_init!(let sent = Cqe::new(Counter::default()));
-    stack_pin_init!(let received = Cqe::new(Counter::default()));
+    let sent = Cqe::new(Counter::default())?;
+    let received = Cqe::new(Counter::default())?;
     let depth = QpConfig {
         send_depth: k.max(r),
         recv_depth: k.max(r),
@@ -166,10 +167,10 @@ fn live_traffic_case(ctx: PollContext, k: u32, r: u32) -> Result<((u32, u32, u32
     )?;
     connect_pair(&mut a, &mut b, &gid)?;
     for _ in 0..r {
-        b.rq().post(received.as_ref())?;
+        b.rq().post(&received)?;
     }
     for _ in 0..k {
-        a.sq().post_send(sent.as_ref())?;
+        a.sq().post_send(&sent)?;
     }
     // Bounded: traffic that never flows fails the case instead of hanging.
     let mut waited = 0;
@@ -184,7 +185,7 @@ fn live_traffic_case(ctx: PollContext, k: u32, r: u32) -> Result<((u32, u32, u32
         fsleep(Delta::from_millis(1));
         waited += 1;
     }
-    b.drain_rq();
+    b.drain_rq()?;
     Ok((received.handler().counts(), received.outstanding()))
 }
 
@@ -226,7 +227,7 @@ fn srq_case(ctx: PollContext, k: u32, r: u32) -> Result<SrqDrain> {
     let gid = GidAttr::find(&dev, 1, GidAttr::is_ipv4)?;
     let pd = Pd::alloc(&dev)?;
     let cq = OwnedCq::alloc(&dev, 2 * (k + 2), 0, PollContext::Softirq)?;
-    stack_pin_init!(let sent = Cqe::new(Counter::default()));
+    let sent = Cqe::new(Counter::default())?;
     let srq = OwnedSrq::new(&pd, r, ctx, Counter::default())?;
     let mut a = OwnedQp::create_rc(
         &pd,
@@ -247,7 +248,7 @@ fn srq_case(ctx: PollContext, k: u32, r: u32) -> Result<SrqDrain> {
         srq.post()?;
     }
     for _ in 0..k {
-        a.sq().post_send(sent.as_ref())?;
+        a.sq().post_send(&sent)?;
     }
     wait_for_successes(&sent, k)?;
     // The exported `ib_drain_rq()`, as a C ULP calls it (`OwnedQp::drain_rq`
@@ -258,7 +259,7 @@ fn srq_case(ctx: PollContext, k: u32, r: u32) -> Result<SrqDrain> {
     let again = kunit::count_warnings(drain_rq);
     let state_after_refusal = b.state()?;
     let events_before_drain = b.last_wqe_events();
-    b.drain();
+    b.drain()?;
     let counts = srq.handler().counts();
     // The core wakes the drain before it calls the QP's own event handler,
     // which counts the event: give that handler a moment.
@@ -381,13 +382,13 @@ fn concurrent_drains_on_one_cq(p: &Provider) -> Result {
             recv_depth: 8,
         };
         let cq = OwnedCq::alloc(&dev, 16 * (1 + 9), 0, ctx)?;
-        stack_pin_init!(let cqe = Cqe::new(Counter::default()));
+        let cqe = Cqe::new(Counter::default())?;
         let mut qps = KVec::new();
         for _ in 0..16 {
             let mut qp = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
             qp.init(1)?;
             for _ in 0..8 {
-                qp.rq().post(cqe.as_ref())?;
+                qp.rq().post(&cqe)?;
             }
             qps.push(qp, GFP_KERNEL)?;
         }
@@ -437,7 +438,7 @@ fn full_receive_queue_is_refused(p: &Provider) -> Result {
         let dev = p.device()?;
         let pd = Pd::alloc(&dev)?;
         let cq = OwnedCq::alloc(&dev, 2 * (RQ_DEPTH + 1), 0, ctx)?;
-        stack_pin_init!(let cqe = Cqe::new(Counter::default()));
+        let cqe = Cqe::new(Counter::default())?;
         let cfg = QpConfig {
             send_depth: 0,
             recv_depth: RQ_DEPTH,
@@ -445,16 +446,16 @@ fn full_receive_queue_is_refused(p: &Provider) -> Result {
         let mut qp = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
         qp.init(1)?;
         for _ in 0..RQ_DEPTH {
-            qp.rq().post(cqe.as_ref())?;
+            qp.rq().post(&cqe)?;
         }
-        let post = qp.rq().post(cqe.as_ref());
+        let post = qp.rq().post(&cqe);
         check(
             p,
             format_args!("{ctx:?}: post to a full RQ"),
             post,
             Err(EBUSY),
         )?;
-        let warnings = kunit::count_warnings(|| qp.drain_rq());
+        let warnings = warnings_of(|| qp.drain_rq())?;
         check(p, format_args!("{ctx:?}: warnings"), warnings, Some(0))?;
         let counts = cqe.handler().counts();
         check(p, format_args!("{ctx:?}: counts"), counts, (0, RQ_DEPTH, 0))?;
@@ -467,7 +468,7 @@ fn full_receive_queue_is_refused(p: &Provider) -> Result {
         if p.reusable {
             qp.reset()?;
             qp.init(1)?;
-            qp.rq().post(cqe.as_ref())?;
+            qp.rq().post(&cqe)?;
         }
     }
     Ok(())
@@ -479,7 +480,7 @@ fn qp_outlives_its_parents(p: &Provider) -> Result {
     let dev = p.device()?;
     let pd = Pd::alloc(&dev)?;
     let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Softirq)?;
-    stack_pin_init!(let cqe = Cqe::new(Counter::default()));
+    let cqe = Cqe::new(Counter::default())?;
     let cfg = QpConfig {
         send_depth: 2,
         recv_depth: 2,
@@ -489,8 +490,8 @@ fn qp_outlives_its_parents(p: &Provider) -> Result {
     drop(cq);
     drop(dev);
     qp.init(1)?;
-    qp.rq().post(cqe.as_ref())?;
-    qp.drain_rq();
+    qp.rq().post(&cqe)?;
+    qp.drain_rq()?;
     check(p, format_args!("counts"), cqe.handler().counts(), (0, 1, 0))?;
     drop(qp);
     check(p, format_args!("outstanding"), cqe.outstanding(), 0)
@@ -503,21 +504,21 @@ fn poll_cq_direct_leaves_a_softirq_cq(p: &Provider) -> Result {
     let dev = p.device()?;
     let pd = Pd::alloc(&dev)?;
     let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Softirq)?;
-    stack_pin_init!(let cqe = Cqe::new(Counter::default()));
+    let cqe = Cqe::new(Counter::default())?;
     let cfg = QpConfig {
         send_depth: 0,
         recv_depth: 2,
     };
     let mut qp = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
     qp.init(1)?;
-    qp.rq().post(cqe.as_ref())?;
+    qp.rq().post(&cqe)?;
     qp.set_error_state()?;
     let mut polled = 0;
     for _ in 0..100 {
         polled += qp.rq().poll_cq_direct();
         fsleep(Delta::from_millis(1));
     }
-    qp.drain_rq();
+    qp.drain_rq()?;
     check(p, format_args!("reaped directly"), polled, 0)?;
     check(p, format_args!("counts"), cqe.handler().counts(), (0, 1, 0))
 }
@@ -576,8 +577,8 @@ mod tests {
             let gid = GidAttr::find(&dev, 1, GidAttr::is_ipv4)?;
             let pd = Pd::alloc(&dev)?;
             let cq = OwnedCq::alloc(&dev, 32, 0, ctx)?;
-            stack_pin_init!(let sent = Cqe::new(Counter::default()));
-            stack_pin_init!(let received = Cqe::new(Counter::default()));
+            let sent = Cqe::new(Counter::default())?;
+            let received = Cqe::new(Counter::default())?;
             let cfg = QpConfig {
                 send_depth: 4,
                 recv_depth: 2,
@@ -586,12 +587,12 @@ mod tests {
             let mut b = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
             connect_pair(&mut a, &mut b, &gid)?;
             for _ in 0..2 {
-                a.rq().post(received.as_ref())?;
+                a.rq().post(&received)?;
             }
             for _ in 0..4 {
-                a.sq().post_send(sent.as_ref())?;
+                a.sq().post_send(&sent)?;
             }
-            a.drain();
+            a.drain()?;
             let (ok, flushed, other) = sent.handler().counts();
             if (ok, flushed + other) != (0, 4) || sent.outstanding() != 0 {
                 pr_err!(
@@ -689,9 +690,9 @@ mod fault_tests {
             recv_depth: 2,
         };
         let mut qp = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
-        let rq = kunit::count_warnings(|| qp.drain_rq());
-        let rq_again = kunit::count_warnings(|| qp.drain_rq());
-        let sq = kunit::count_warnings(|| qp.drain_sq());
+        let rq = warnings_of(|| qp.drain_rq())?;
+        let rq_again = warnings_of(|| qp.drain_rq())?;
+        let sq = warnings_of(|| qp.drain_sq())?;
         assert_eq!((rq, rq_again, sq), (Some(1), Some(1), Some(1)));
         assert_eq!(qp.state()?, QpState::Reset);
         Ok(())
@@ -711,7 +712,7 @@ mod fault_tests {
         let gid = GidAttr::find(&dev, 1, GidAttr::is_ipv4)?;
         let pd = Pd::alloc(&dev)?;
         let cq = OwnedCq::alloc(&dev, 64, 0, PollContext::Softirq)?;
-        stack_pin_init!(let sent = Cqe::new(Counter::default()));
+        let sent = Cqe::new(Counter::default())?;
         let cfg = QpConfig {
             send_depth: 8,
             recv_depth: 0,
@@ -720,10 +721,10 @@ mod fault_tests {
         let mut b = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
         connect_pair(&mut a, &mut b, &gid)?;
         for _ in 0..8 {
-            a.sq().post_send(sent.as_ref())?;
+            a.sq().post_send(&sent)?;
         }
-        assert_eq!(a.sq().post_send(sent.as_ref()), Err(EBUSY));
-        assert_eq!(kunit::count_warnings(|| a.drain_sq()), Some(0));
+        assert_eq!(a.sq().post_send(&sent), Err(EBUSY));
+        assert_eq!(warnings_of(|| a.drain_sq())?, Some(0));
         let (ok, flushed, other) = sent.handler().counts();
         assert_eq!(ok, 0);
         assert_eq!(flushed + other, 8);
@@ -755,7 +756,7 @@ mod soundness_tests {
         let gid = GidAttr::find(&dev, 1, GidAttr::is_ipv4)?;
         let pd = Pd::alloc(&dev)?;
         let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Softirq)?;
-        stack_pin_init!(let sent = Cqe::new(Counter::default()));
+        let sent = Cqe::new(Counter::default())?;
         let srq = OwnedSrq::new(&pd, 4, PollContext::Softirq, Counter::default())?;
         let cfg = QpConfig {
             send_depth: 1,
@@ -767,9 +768,9 @@ mod soundness_tests {
         srq.post()?;
         drop(srq);
         drop(pd);
-        a.sq().post_send(sent.as_ref())?;
-        a.drain_sq();
-        b.drain();
+        a.sq().post_send(&sent)?;
+        a.drain_sq()?;
+        b.drain()?;
         assert_eq!(sent.handler().counts().0 + sent.handler().counts().1, 1);
         Ok(())
     }
@@ -897,6 +898,250 @@ mod soundness_tests {
     fn poll_cq_direct_leaves_other_cqs_alone() -> Result {
         poll_cq_direct_leaves_a_softirq_cq(&RXE)
     }
+
+    /// A handler may drop what it holds, in every poll context: its own QP,
+    /// a CQ, an SRQ and its own `Cqe`. Nothing sleeps in softirq context
+    /// (`make test-debug` reports it) or waits for the completion being
+    /// handled: the QP, CQ and SRQ are torn down later, in process context,
+    /// and restrack sees them go; the handler's drain of its own QP is
+    /// refused with `EDEADLK`.
+    #[test]
+    fn a_handler_may_drop_what_it_holds() -> Result {
+        for ctx in CONTEXTS {
+            handler_tears_down(ctx)?;
+        }
+        Ok(())
+    }
+
+    /// A device without the verbs kernel ULPs need (ib_core's
+    /// `kverbs_provider` clear, as for usnic, which has no `get_dma_mr`,
+    /// `post_send` or `poll_cq`) is refused with `EOPNOTSUPP` when it is
+    /// looked up, before any op of it can be called.
+    #[test]
+    fn a_device_without_kernel_verbs_is_refused() -> Result {
+        let refused = with_rxe1_lacking(Lacks::KernelVerbs, || {
+            RegisteredDevice::get_by_netdev(c"dummy1").err()
+        })?;
+        assert_eq!(refused, Some(EOPNOTSUPP));
+        assert!(RegisteredDevice::get_by_netdev(c"dummy1").is_ok());
+        Ok(())
+    }
+
+    /// An SRQ is made only on a device with SRQs: `ib_create_srq_user()`
+    /// checks neither `ops.create_srq` nor that the provider declared the
+    /// size of its `struct ib_srq` (erdma and mana have neither; it would
+    /// write through ZERO_SIZE_PTR), nor the depth against `max_srq_wr`.
+    #[test]
+    fn an_srq_is_made_only_where_the_device_has_srqs() -> Result {
+        let mut refused = KVec::new();
+        for lacks in [Lacks::CreateSrq, Lacks::SrqSize, Lacks::MaxSrq] {
+            let pd = Pd::alloc(&RegisteredDevice::get_by_netdev(c"dummy1")?)?;
+            let err = with_rxe1_lacking(lacks, || {
+                OwnedSrq::new(&pd, 4, PollContext::Softirq, Counter::default()).err()
+            })?;
+            refused.push(err, GFP_KERNEL)?;
+        }
+        let dev = RegisteredDevice::get_by_netdev(c"dummy1")?;
+        let pd = Pd::alloc(&dev)?;
+        // SAFETY: `dev` is held; its attributes do not change.
+        let (max_wr, max_cqe) = unsafe {
+            let attrs = &raw const (*dev.as_raw()).attrs;
+            ((*attrs).max_srq_wr, (*attrs).max_cqe)
+        };
+        let too_deep = OwnedSrq::new(&pd, max_wr + 1, PollContext::Softirq, Counter::default());
+        // The SRQ's CQ has an entry for each receive.
+        let deepest = max_wr.min(u32::try_from(max_cqe)?);
+        let deepest = OwnedSrq::new(&pd, deepest, PollContext::Softirq, Counter::default());
+        let (too_deep, deepest) = (too_deep.err(), deepest.is_ok());
+        assert_eq!(&refused[..], &[Some(EOPNOTSUPP); 3]);
+        assert_eq!(too_deep, Some(EINVAL));
+        assert!(deepest);
+        Ok(())
+    }
+}
+
+/// What a [`TearsDown`] handler holds, and drops at its first completion.
+#[derive(Default)]
+struct Owned {
+    qp: Option<OwnedQp>,
+    _cq: Option<Arc<OwnedCq>>,
+    _srq: Option<Arc<OwnedSrq<Counter>>>,
+    cqe: Option<Cqe<TearsDown>>,
+}
+
+/// What a [`TearsDown`] handler saw, for the test.
+#[derive(Default)]
+struct Seen {
+    calls: AtomicU32,
+    /// The errno of the handler's drain of its QP (0: not refused).
+    drain: AtomicI32,
+    /// The handler was dropped, with its entry.
+    dropped: AtomicBool,
+}
+
+/// A handler that, at its first completion, drains the QP it holds, then
+/// drops everything it holds: that QP, a CQ, an SRQ and its own `Cqe`.
+struct TearsDown {
+    owned: Arc<SpinLockIrq<Owned>>,
+    seen: Arc<Seen>,
+}
+
+impl CompletionHandler for TearsDown {
+    fn done(&self, _wc: &WorkCompletion) {
+        if self.seen.calls.fetch_add(1, Ordering::Relaxed) != 0 {
+            return;
+        }
+        let taken = {
+            let mut owned = self.owned.lock();
+            if let Some(qp) = owned.qp.as_mut() {
+                let drain = qp.drain_rq().err().map_or(0, |e| e.to_errno());
+                self.seen.drain.store(drain, Ordering::Relaxed);
+            }
+            core::mem::take(&mut *owned)
+        };
+        drop(taken);
+    }
+}
+
+impl Drop for TearsDown {
+    fn drop(&mut self) {
+        self.seen.dropped.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The objects of `kind` on `dev`, as restrack counts them.
+fn restrack_count(dev: &RegisteredDevice, kind: bindings::rdma_restrack_type) -> u32 {
+    // SAFETY: `dev` is a registered device, held.
+    unsafe { bindings::rdma_restrack_count(dev.as_raw(), kind, false) }
+}
+
+/// A handler that drains and drops its own QP, and drops a CQ, an SRQ and
+/// its own `Cqe`, polled in `ctx`: the drain is refused (`EDEADLK`), and
+/// the QP, CQ and SRQ are torn down afterwards, in process context.
+fn handler_tears_down(ctx: PollContext) -> Result {
+    use bindings::{
+        rdma_restrack_type_RDMA_RESTRACK_CQ as CQ, rdma_restrack_type_RDMA_RESTRACK_QP as QP,
+        rdma_restrack_type_RDMA_RESTRACK_SRQ as SRQ,
+    };
+    let dev = rxe()?;
+    let before = [QP, CQ, SRQ].map(|k| restrack_count(&dev, k));
+    let pd = Pd::alloc(&dev)?;
+    // Room for two QPs: each queue's depth and its drain marker.
+    let cq = OwnedCq::alloc(&dev, 10, 0, ctx)?;
+    let cfg = QpConfig {
+        send_depth: 1,
+        recv_depth: 2,
+    };
+    // Of a direct CQ, this test is the poller, through a QP of its own.
+    let mut poller = match ctx {
+        PollContext::Direct => Some(OwnedQp::create_rc(&pd, &cq, &cq, cfg)?),
+        _ => None,
+    };
+    let kept = u32::from(poller.is_some());
+    let mut qp = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
+    qp.init(1)?;
+    qp.set_error_state()?;
+    let srq = OwnedSrq::new(&pd, 2, ctx, Counter::default())?;
+    let owned = Arc::pin_init(new_spinlock_irq!(Owned::default()), GFP_KERNEL)?;
+    let seen = Arc::new(Seen::default(), GFP_KERNEL)?;
+    let cqe = Cqe::new(TearsDown {
+        owned: owned.clone(),
+        seen: seen.clone(),
+    })?;
+    {
+        let mut o = owned.lock();
+        *o = Owned {
+            qp: Some(qp),
+            _cq: Some(cq),
+            _srq: Some(srq),
+            cqe: Some(cqe),
+        };
+        // Posted in the error state: flushed, so the handler runs.
+        if let Owned {
+            qp: Some(qp),
+            cqe: Some(cqe),
+            ..
+        } = &mut *o
+        {
+            qp.rq().post(cqe)?;
+            qp.rq().post(cqe)?;
+        }
+    }
+    let ran = wait_until(5000, || {
+        if let Some(p) = poller.as_mut() {
+            p.rq().poll_cq_direct();
+        }
+        seen.calls.load(Ordering::Relaxed) == 2
+    });
+    let gone = wait_until(5000, || {
+        seen.dropped.load(Ordering::Relaxed)
+            && restrack_count(&dev, QP) == before[0] + kept
+            && restrack_count(&dev, CQ) == before[1] + kept
+            && restrack_count(&dev, SRQ) == before[2]
+    });
+    let drain = seen.drain.load(Ordering::Relaxed);
+    pr_info!("{ctx:?}: handler ran: {ran}, drain: {drain}, torn down: {gone}\n");
+    assert!(ran);
+    assert_eq!(drain, EDEADLK.to_errno());
+    assert!(gone);
+    Ok(())
+}
+
+/// The WARNs that `f` raised, if it returned `Ok`.
+fn warnings_of(f: impl FnOnce() -> Result) -> Result<Option<u32>> {
+    let mut ret = Ok(());
+    let warnings = kunit::count_warnings(|| ret = f());
+    ret.map(|()| warnings)
+}
+
+/// A capability that [`with_rxe1_lacking`] takes from rxe1.
+#[derive(Clone, Copy)]
+enum Lacks {
+    /// ib_core's `kverbs_provider` bit.
+    KernelVerbs,
+    /// `ops.create_srq`.
+    CreateSrq,
+    /// `ops.size_ib_srq`, the size of the provider's `struct ib_srq`.
+    SrqSize,
+    /// `attrs.max_srq`.
+    MaxSrq,
+}
+
+/// Runs `f` with rxe1 (on `dummy1`, which only these suites use) lacking
+/// `lacks`, as a provider without it would, and puts it back after.
+fn with_rxe1_lacking<R>(lacks: Lacks, f: impl FnOnce() -> R) -> Result<R> {
+    let dev = RegisteredDevice::get_by_netdev(c"dummy1")?;
+    let raw: *mut bindings::ib_device = dev.as_raw();
+    // SAFETY: `dev` holds rxe1 registered, and these fields are written
+    // through the raw pointer, with no reference to the live device. Nothing
+    // else uses rxe1 while the suites run one case at a time: ib_core reads
+    // `kverbs_provider` when a client registers (none does meanwhile) and
+    // the rest when an SRQ is created, which only `f` does. Each is put
+    // back below.
+    let saved = unsafe {
+        let saved = (
+            bindings::ib_device::kverbs_provider_raw(raw),
+            (*raw).ops.create_srq,
+            (*raw).ops.size_ib_srq,
+            (*raw).attrs.max_srq,
+        );
+        match lacks {
+            Lacks::KernelVerbs => bindings::ib_device::set_kverbs_provider_raw(raw, 0),
+            Lacks::CreateSrq => (*raw).ops.create_srq = None,
+            Lacks::SrqSize => (*raw).ops.size_ib_srq = 0,
+            Lacks::MaxSrq => (*raw).attrs.max_srq = 0,
+        }
+        saved
+    };
+    let r = f();
+    // SAFETY: As above.
+    unsafe {
+        bindings::ib_device::set_kverbs_provider_raw(raw, saved.0);
+        (*raw).ops.create_srq = saved.1;
+        (*raw).ops.size_ib_srq = saved.2;
+        (*raw).attrs.max_srq = saved.3;
+    }
+    Ok(r)
 }
 
 /// The cases above that need no connected peer, on soft-iWARP (`siw0`).

@@ -83,8 +83,8 @@ struct Totals {
 struct Pair<'a> {
     ctx: PollContext,
     qps: [OwnedQp; 2],
-    recv: Pin<&'a Cqe<Counter>>,
-    send: Pin<&'a Cqe<Counter>>,
+    recv: &'a Cqe<Counter>,
+    send: &'a Cqe<Counter>,
 }
 
 /// One cycle of a pair: re-arm and connect both QPs, post random receives, send
@@ -112,8 +112,8 @@ fn cycle(p: &mut Pair<'_>, gid: &GidAttr, rng: &mut Rng, t: &mut Totals) -> Resu
         fsleep(Delta::from_micros(i64::from(rng.below(200))));
     }
     let first = rng.below(2) as usize;
-    p.qps[first].drain();
-    p.qps[1 - first].drain();
+    p.qps[first].drain()?;
+    p.qps[1 - first].drain()?;
 
     let (recv1, send1) = (p.recv.handler().counts(), p.send.handler().counts());
     let delta = |a: (u32, u32, u32), b: (u32, u32, u32)| [b.0 - a.0, b.1 - a.1, b.2 - a.2];
@@ -157,10 +157,7 @@ fn run_worker(index: u32, cycles: u32) -> Result<Totals> {
     for ctx in CONTEXTS {
         cqs.push(OwnedCq::alloc(&dev, 4 * (DEPTH + 1), 0, ctx)?, GFP_KERNEL)?;
         for _ in 0..2 {
-            cqes.push(
-                KBox::pin_init(Cqe::new(Counter::default()), GFP_KERNEL)?,
-                GFP_KERNEL,
-            )?;
+            cqes.push(Cqe::new(Counter::default())?, GFP_KERNEL)?;
         }
     }
     let mut pairs = KVec::new();
@@ -172,8 +169,8 @@ fn run_worker(index: u32, cycles: u32) -> Result<Totals> {
                     OwnedQp::create_rc(&pd, &cqs[i], &cqs[i], cfg)?,
                     OwnedQp::create_rc(&pd, &cqs[i], &cqs[i], cfg)?,
                 ],
-                recv: cqes[2 * i].as_ref(),
-                send: cqes[2 * i + 1].as_ref(),
+                recv: &cqes[2 * i],
+                send: &cqes[2 * i + 1],
             },
             GFP_KERNEL,
         )?;
@@ -451,7 +448,10 @@ mod siw_srq {
 
     /// Ours, the exported `ib_drain_qp()`.
     pub(super) fn drain_qp_rust(qp: &mut OwnedQp) {
-        qp.drain();
+        // Refused only in a completion handler or atomic context.
+        if let Err(e) = qp.drain() {
+            pr_err!("the drain was refused: {e:?}\n");
+        }
     }
 
     /// After the event, the drain only reaps the SRQ's CQ: well within 1 s.

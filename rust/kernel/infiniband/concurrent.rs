@@ -15,7 +15,8 @@ use crate::{
 /// worker of the unbound workqueue, and returns when every drain has.
 ///
 /// The QPs may share CQs, directly polled ones included. `&mut` on the slice
-/// keeps every other poster away for the whole time.
+/// keeps every other poster away for the whole time. Refused (`EDEADLK`) as
+/// [`OwnedQp::drain_rq`].
 ///
 /// # Examples
 ///
@@ -24,7 +25,6 @@ use crate::{
 ///     drain_rq_concurrently, CompletionHandler, Cqe, RegisteredDevice, OwnedCq, OwnedQp, Pd,
 ///     PollContext, QpConfig, WorkCompletion,
 /// };
-/// use pin_init::stack_pin_init;
 /// # struct Ignore;
 /// # impl CompletionHandler for Ignore {
 /// #     fn done(&self, _wc: &WorkCompletion) {}
@@ -33,12 +33,12 @@ use crate::{
 /// let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
 /// let pd = Pd::alloc(&dev)?;
 /// let cq = OwnedCq::alloc(&dev, 16, 0, PollContext::Direct)?;
-/// stack_pin_init!(let cqe = Cqe::new(Ignore));
+/// let cqe = Cqe::new(Ignore)?;
 /// let mut qps = KVec::new();
 /// for _ in 0..4 {
 ///     let mut qp = OwnedQp::create_rc(&pd, &cq, &cq, QpConfig { send_depth: 0, recv_depth: 1 })?;
 ///     qp.init(1)?;
-///     qp.rq().post(cqe.as_ref())?;
+///     qp.rq().post(&cqe)?;
 ///     qps.push(qp, GFP_KERNEL)?;
 /// }
 /// assert_eq!(cqe.outstanding(), 4);
@@ -48,6 +48,7 @@ use crate::{
 /// ```
 #[inline]
 pub fn drain_rq_concurrently(qps: &mut [OwnedQp]) -> Result {
+    OwnedQp::may_drain()?;
     let n = qps.len();
     let countdown = Arc::pin_init(
         pin_init!(Countdown {

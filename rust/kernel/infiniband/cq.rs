@@ -13,7 +13,7 @@ use crate::{
     sync::Arc,
     types::Opaque,
 };
-use core::{ops::Deref, ptr::NonNull};
+use core::{mem::ManuallyDrop, ops::Deref, ptr::NonNull};
 
 /// The context in which the completions of a [`Cq`] are reaped.
 ///
@@ -175,8 +175,8 @@ impl Cq {
     ///
     /// # Safety
     ///
-    /// The caller must be allowed to reap this CQ's completions: a direct CQ,
-    /// or the C drain contract for an SRQ's CQ.
+    /// The caller must be allowed to reap this CQ's completions: a direct CQ
+    /// whose owner lets its handlers run in the caller's context.
     #[inline]
     pub(crate) unsafe fn process_direct(&self, budget: i32) -> i32 {
         // SAFETY: The CQ is valid, and the caller may reap it. Another poller
@@ -184,33 +184,6 @@ impl Cq {
         // the handlers: ib_process_cq_direct() reaps into an array of its own
         // stack, and the provider's poll takes the CQ's lock.
         unsafe { bindings::ib_process_cq_direct(self.as_raw(), budget) }
-    }
-
-    /// Fires the `cq_drain_complete` tracepoint for this CQ.
-    ///
-    /// For ib_core's drain: its Rust entry, `rust_do_trace_cq_drain_complete`,
-    /// is ib_core's and not exported, so another module that calls this does
-    /// not link.
-    #[doc(hidden)]
-    #[inline]
-    pub fn trace_drain_complete(&self) {
-        // SAFETY: The tracepoint only reads `cq->res.id` of a valid CQ.
-        unsafe { trace::cq_drain_complete(self.as_raw()) }
-    }
-}
-
-#[expect(
-    clippy::macro_metavars_in_unsafe,
-    reason = "declare_trace! passes its arguments inside an unsafe block"
-)]
-mod trace {
-    use crate::bindings;
-
-    crate::declare_trace! {
-        /// # Safety
-        ///
-        /// `cq` must point to a valid `struct ib_cq`.
-        pub(super) unsafe fn cq_drain_complete(cq: *const bindings::ib_cq);
     }
 }
 
@@ -244,13 +217,23 @@ mod trace {
 /// # Invariants
 ///
 /// `ptr` is a valid CQ from `ib_alloc_cq()` on `dev`, owned by this object,
-/// with `capacity` entries of which `reserved` are promised to QPs.
+/// with `capacity` entries of which `reserved` are promised to QPs. `dev`
+/// is dropped only by `Drop`, after the CQ was freed.
 pub struct OwnedCq {
     ptr: NonNull<bindings::ib_cq>,
     capacity: u32,
     reserved: Atomic<u32>,
-    dev: DeviceRef,
+    dev: ManuallyDrop<DeviceRef>,
 }
+
+// `Drop` may move an `OwnedCq` out of itself, to defer it: no field may be
+// dropped after it.
+crate::static_assert!(
+    !core::mem::needs_drop::<NonNull<bindings::ib_cq>>()
+        && !core::mem::needs_drop::<u32>()
+        && !core::mem::needs_drop::<Atomic<u32>>()
+        && !core::mem::needs_drop::<ManuallyDrop<DeviceRef>>()
+);
 
 // SAFETY: A CQ may be used and freed from any thread.
 unsafe impl Send for OwnedCq {}
@@ -308,7 +291,7 @@ impl OwnedCq {
             ptr,
             capacity: entries,
             reserved: Atomic::new(0),
-            dev: dev.clone(),
+            dev: ManuallyDrop::new(dev.clone()),
         })
     }
 
@@ -340,6 +323,14 @@ impl OwnedCq {
         self.capacity - self.reserved.load(Relaxed)
     }
 
+    /// Whether a QP or SRQ still uses the CQ (`usecnt`), which
+    /// `ib_free_cq()` would then keep.
+    #[inline]
+    pub(crate) fn in_use(&self) -> bool {
+        // SAFETY: By the type invariant the CQ is valid; `usecnt` is atomic.
+        unsafe { bindings::atomic_read(&raw const (*self.ptr.as_ptr()).usecnt) != 0 }
+    }
+
     /// Returns the device the CQ is on.
     #[inline]
     pub fn device(&self) -> &DeviceRef {
@@ -360,10 +351,29 @@ impl Deref for OwnedCq {
 impl Drop for OwnedCq {
     #[inline]
     fn drop(&mut self) {
+        if super::defer::must_defer() {
+            // SAFETY: No field of `self` is dropped after this (checked beside
+            // the struct): the copy takes `self` over, and is dropped again,
+            // in process context.
+            super::defer::defer_drop(unsafe { core::ptr::read(self) }, "CQ");
+            return;
+        }
+        if self.in_use() {
+            // ib_free_cq() would keep it, with a WARN: keep its device too.
+            pr_warn!(
+                "{}: CQ {} still used when dropped; its memory is leaked\n",
+                self.dev.name(),
+                self.id()
+            );
+            return;
+        }
         // SAFETY: By the type invariant we own the CQ, and it came from
-        // ib_alloc_cq(); the QPs on it hold references to `self`, so they are
-        // gone. (ib_free_cq() keeps a CQ that is still used, and WARNs; it
-        // waits for a softirq poller that is still running.)
+        // ib_alloc_cq(); nothing uses it. ib_free_cq() waits for a softirq
+        // poller that is still running; this is process context, and not a
+        // handler of the CQ.
         unsafe { bindings::ib_free_cq(self.ptr.as_ptr()) };
+        // SAFETY: By the type invariant only this drop drops `dev`, once,
+        // after the CQ was freed.
+        unsafe { ManuallyDrop::drop(&mut self.dev) };
     }
 }

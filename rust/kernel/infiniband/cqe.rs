@@ -8,9 +8,9 @@ use crate::{
     ffi::{c_long, c_void},
     prelude::*,
     sync::atomic::{Acquire, Atomic, Relaxed},
-    time::{delay::fsleep, Delta},
     types::Opaque,
 };
+use core::ptr::NonNull;
 
 /// Status of a work completion.
 ///
@@ -24,7 +24,6 @@ use crate::{
 ///     WcStatus, WorkCompletion,
 /// };
 /// use kernel::sync::atomic::{Atomic, Relaxed};
-/// use pin_init::stack_pin_init;
 ///
 /// struct Flushed(Atomic<u32>);
 ///
@@ -39,12 +38,12 @@ use crate::{
 /// let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
 /// let pd = Pd::alloc(&dev)?;
 /// let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Softirq)?;
-/// stack_pin_init!(let cqe = Cqe::new(Flushed(Atomic::new(0))));
+/// let cqe = Cqe::new(Flushed(Atomic::new(0)))?;
 /// let mut qp = OwnedQp::create_rc(&pd, &cq, &cq, QpConfig { send_depth: 0, recv_depth: 2 })?;
 /// qp.init(1)?;
-/// qp.rq().post(cqe.as_ref())?;
-/// qp.rq().post(cqe.as_ref())?;
-/// qp.drain_rq();
+/// qp.rq().post(&cqe)?;
+/// qp.rq().post(&cqe)?;
+/// qp.drain_rq()?;
 /// assert_eq!(cqe.handler().0.load(Relaxed), 2);
 /// # Ok::<(), Error>(())
 /// ```
@@ -91,7 +90,6 @@ impl WorkCompletion {
 /// };
 /// use kernel::sync::atomic::{Atomic, Relaxed};
 /// use kernel::time::{delay::fsleep, Delta};
-/// use pin_init::stack_pin_init;
 ///
 /// struct Counts {
 ///     ok: Atomic<u32>,
@@ -117,8 +115,8 @@ impl WorkCompletion {
 /// let gid = GidAttr::find(&dev, 1, GidAttr::is_ipv4)?;
 /// let pd = Pd::alloc(&dev)?;
 /// let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Softirq)?;
-/// stack_pin_init!(let sent = Cqe::new(Counts::new()));
-/// stack_pin_init!(let received = Cqe::new(Counts::new()));
+/// let sent = Cqe::new(Counts::new())?;
+/// let received = Cqe::new(Counts::new())?;
 /// let cfg = QpConfig { send_depth: 1, recv_depth: 1 };
 /// let mut a = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
 /// let mut b = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
@@ -139,8 +137,8 @@ impl WorkCompletion {
 /// let (qpn_a, qpn_b) = (a.qp_num(), b.qp_num());
 /// a.connect(&gid, qpn_b, &params)?;
 /// b.connect(&gid, qpn_a, &params)?;
-/// b.rq().post(received.as_ref())?;
-/// a.sq().post_send(sent.as_ref())?;
+/// b.rq().post(&received)?;
+/// a.sq().post_send(&sent)?;
 /// for _ in 0..5000 {
 ///     if sent.outstanding() + received.outstanding() == 0 {
 ///         break;
@@ -148,32 +146,41 @@ impl WorkCompletion {
 ///     fsleep(Delta::from_millis(1));
 /// }
 /// # // Nothing in flight if a check fails: a failed check drops nothing.
-/// # a.drain();
-/// # b.drain();
+/// # a.drain()?;
+/// # b.drain()?;
 /// assert_eq!(sent.handler().ok.load(Relaxed), 1);
 /// assert_eq!(received.handler().ok.load(Relaxed), 1);
 /// assert_eq!(received.handler().failed.load(Relaxed), 0);
 /// # Ok::<(), Error>(())
 /// ```
 ///
-/// A handler borrows nothing (`'static`): a posted [`Cqe`] may be leaked
-/// (`mem::forget` of its box), and the provider then calls its handler later,
-/// on a flush or a peer's send, long after any borrowed stack frame is gone.
+/// A handler borrows nothing (`'static`): a [`Cqe`] may be leaked
+/// (`mem::forget`), or dropped with work requests outstanding, and the
+/// provider then calls its handler later, on a flush or a peer's send, long
+/// after any borrowed stack frame is gone. The handler is dropped with the
+/// last of them, on whichever thread that is (`Send`).
 ///
-/// `done` may post again, but must not drain, nor drop the [`Cqe`], QP, SRQ
-/// or CQ of the completion it handles: each waits for this very completion,
-/// and may sleep where `done` runs in softirq context.
-pub trait CompletionHandler: Sync + 'static {
+/// `done` runs without preemption, in every poll context, and must not
+/// sleep, nor call what may (creating, modifying or querying an object,
+/// [`Device::name`](super::Device::name)); the handler's drop neither.
+/// Either may post again, and drop what it holds: a [`Cqe`] never waits,
+/// and the QPs, CQs, SRQs and PDs dropped there are torn down later, in
+/// process context. A drain from there is refused (`EDEADLK`): it would
+/// wait for the very completion being handled.
+pub trait CompletionHandler: Send + Sync + 'static {
     /// Called once per completed work request: in the CQ's poll context, or
-    /// in the task that drains a QP on an SRQ (process context).
+    /// in the task that drains a QP on an SRQ; without preemption.
     fn done(&self, wc: &WorkCompletion);
 }
 
-/// A completion entry that any number of posted work requests can point to.
+/// A completion entry that any number of posted work requests can point to,
+/// with the handler they run.
 ///
-/// The provider keeps a pointer to it until each of those work requests has
-/// completed, so it is pinned, and dropping it waits until none is
-/// outstanding. Drain the QP before dropping a `Cqe` that was posted on it.
+/// A reference to an entry that ib_core counts (`struct ib_counted_cqe`):
+/// each posted work request holds one until its completion has returned,
+/// so dropping a `Cqe` never waits, and the entry, with its handler, is
+/// freed by whichever of them goes last. The module of the handler is held
+/// while work requests are outstanding (ib_core's `counted_cqe.c`).
 ///
 /// # Examples
 ///
@@ -184,7 +191,6 @@ pub trait CompletionHandler: Sync + 'static {
 ///     CompletionHandler, Cqe, RegisteredDevice, OwnedCq, OwnedQp, Pd, PollContext, QpConfig,
 ///     WorkCompletion,
 /// };
-/// use pin_init::stack_pin_init;
 ///
 /// struct Ignore;
 ///
@@ -195,87 +201,105 @@ pub trait CompletionHandler: Sync + 'static {
 /// let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
 /// let pd = Pd::alloc(&dev)?;
 /// let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::UnboundWorkqueue)?;
-/// // Declared before the QP, so that it is dropped after the QP is drained.
-/// stack_pin_init!(let cqe = Cqe::new(Ignore));
+/// let cqe = Cqe::new(Ignore)?;
 /// let mut qp = OwnedQp::create_rc(&pd, &cq, &cq, QpConfig { send_depth: 0, recv_depth: 3 })?;
 /// qp.init(1)?;
 /// for _ in 0..3 {
-///     qp.rq().post(cqe.as_ref())?;
+///     qp.rq().post(&cqe)?;
 /// }
 /// assert_eq!(cqe.outstanding(), 3);
-/// qp.drain_rq();
+/// qp.drain_rq()?;
 /// assert_eq!(cqe.outstanding(), 0);
 /// # Ok::<(), Error>(())
 /// ```
 ///
 /// # Invariants
 ///
-/// `inner` is an `ib_counted_cqe` whose `cqe.done` is ib_core's
-/// `ib_counted_cqe_done()` and whose `done` is `Cqe::<H>::done_callback`;
-/// `inner.outstanding` counts the posted work requests whose completion has
-/// not returned yet, each also counted by `ib_counted_cqe_post()`; it is only
-/// accessed atomically.
-#[pin_data(PinnedDrop)]
+/// `ptr` points to a live [`Entry<H>`] made by [`Cqe::new`], on which this
+/// object holds one of the references that `inner.refs` counts.
 pub struct Cqe<H: CompletionHandler> {
-    handler: H,
-    #[pin]
-    inner: Opaque<bindings::ib_counted_cqe>,
+    ptr: NonNull<Entry<H>>,
 }
 
-// SAFETY: The C side only reads `inner` after initialization, but for
-// `inner.owner`, which ib_core sets once under its lock, and
-// `inner.outstanding`, which is atomic; `H` is `Sync`.
+/// The entry a [`Cqe`] refers to.
+///
+/// # Invariants
+///
+/// `inner` is an `ib_counted_cqe` whose `cqe.done` is ib_core's
+/// `ib_counted_cqe_done()`, whose `done` and `release` are
+/// `Cqe::<H>::done_callback` and `Cqe::<H>::release_callback`, and whose
+/// `refs` counts the [`Cqe`] that refers to it, if it lives, and the posted
+/// work requests whose completion has not returned yet, each also counted
+/// by `ib_counted_cqe_post()`; `refs` is only accessed atomically. The
+/// entry is a `KBox` allocation, freed by `release_callback` when `refs`
+/// drops to zero.
+#[repr(C)]
+struct Entry<H> {
+    /// First: `release_callback` goes from it back to the entry.
+    inner: Opaque<bindings::ib_counted_cqe>,
+    handler: H,
+}
+
+// SAFETY: Through `&Cqe` only the handler (`Sync`) and the atomic count are
+// reached; ib_core reads `inner` only after initialization, but for
+// `inner.owner`, which it sets once under its lock.
 unsafe impl<H: CompletionHandler> Sync for Cqe<H> {}
 
-// SAFETY: As for `Sync`; nothing in a `Cqe` is tied to a thread.
-unsafe impl<H: CompletionHandler + Send> Send for Cqe<H> {}
+// SAFETY: Dropping a `Cqe` on any thread may drop the handler there, which
+// is `Send`; nothing else in it is tied to a thread.
+unsafe impl<H: CompletionHandler> Send for Cqe<H> {}
 
 impl<H: CompletionHandler> Cqe<H> {
-    /// Creates an initializer for a completion entry that calls `handler`.
+    /// Creates a completion entry that calls `handler`.
     ///
     /// The module that `H`'s code is in is held (a module reference) while a
     /// work request posted with the entry is outstanding, so that the
     /// provider never calls freed code, even if the entry and its QP are
     /// leaked: `rmmod` is refused meanwhile (ib_core's `counted_cqe.c`).
-    pub fn new(handler: H) -> impl PinInit<Self> {
+    pub fn new(handler: H) -> Result<Self> {
         let done: unsafe extern "C" fn(*mut bindings::ib_cq, *mut bindings::ib_wc) =
             Self::done_callback;
-        // INVARIANT: `inner` is set here once; nothing is posted yet.
-        pin_init!(Self {
-            handler,
-            inner <- Opaque::ffi_init(move |slot: *mut bindings::ib_counted_cqe| {
-                // SAFETY: `slot` is valid for writes.
-                unsafe {
-                    slot.write(bindings::ib_counted_cqe {
-                        cqe: bindings::ib_cqe {
-                            done: Some(bindings::ib_counted_cqe_done),
-                        },
-                        done: Some(done),
-                        mod_: super::module_of(done as *const c_void),
-                        owner: core::ptr::null_mut(),
-                        outstanding: bindings::atomic_long_t { counter: 0 },
-                    })
-                };
-            }),
+        let release: unsafe extern "C" fn(*mut bindings::ib_counted_cqe) = Self::release_callback;
+        let entry = KBox::new(
+            Entry {
+                inner: Opaque::new(bindings::ib_counted_cqe {
+                    cqe: bindings::ib_cqe {
+                        done: Some(bindings::ib_counted_cqe_done),
+                    },
+                    done: Some(done),
+                    release: Some(release),
+                    mod_: super::module_of(done as *const c_void),
+                    owner: core::ptr::null_mut(),
+                    refs: bindings::atomic_long_t { counter: 1 },
+                }),
+                handler,
+            },
+            GFP_KERNEL,
+        )?;
+        // INVARIANT: A new entry, whose one reference is this object's.
+        Ok(Self {
+            // SAFETY: `KBox::into_raw` returns a non-null pointer.
+            ptr: unsafe { NonNull::new_unchecked(KBox::into_raw(entry)) },
         })
     }
 
     /// Returns the handler.
     pub fn handler(&self) -> &H {
-        &self.handler
+        // SAFETY: By the type invariant the entry lives while `self` does.
+        unsafe { &(*self.ptr.as_ptr()).handler }
     }
 
     /// Returns the number of posted work requests not completed yet.
     pub fn outstanding(&self) -> usize {
-        // CAST: The count is never negative.
-        self.count().load(Acquire) as usize
+        // CAST: The count is at least one, this object's.
+        (self.count().load(Acquire) - 1) as usize
     }
 
-    /// The count of posted work requests whose completion has not returned
-    /// yet (`inner.outstanding`), which ib_core decrements.
+    /// The count of references to the entry (`inner.refs`), which ib_core
+    /// decrements.
     fn count(&self) -> &Atomic<c_long> {
         // SAFETY: `raw_inner()` is valid to project.
-        let counter = unsafe { &raw mut (*self.raw_inner()).outstanding.counter };
+        let counter = unsafe { &raw mut (*self.raw_inner()).refs.counter };
         // CAST: `atomic_long_t` is `atomic64_t` or `atomic_t` as `long` is 64
         // or 32 bits wide, so its counter has the size and alignment of a
         // `long`, and `Atomic<c_long>` uses the same atomic operations.
@@ -283,44 +307,51 @@ impl<H: CompletionHandler> Cqe<H> {
             size_of::<bindings::atomic_long_t>() == size_of::<c_long>()
                 && align_of::<bindings::atomic_long_t>() == align_of::<c_long>()
         );
-        // SAFETY: `inner` was initialized by `Cqe::new` and lives as long as
-        // `self`; `outstanding` is only accessed atomically, here and by
-        // ib_core's `atomic_long_*()`.
+        // SAFETY: The entry lives as long as `self`; `refs` is only accessed
+        // atomically, here and by ib_core's `atomic_long_*()`.
         unsafe { Atomic::from_ptr(counter.cast::<c_long>()) }
     }
 
-    /// Called by ib_core's `ib_counted_cqe_done()`, which then lets the
-    /// module go if this was its last outstanding work request, and then
-    /// takes the work request off the entry's count.
+    /// Called by ib_core's `ib_counted_cqe_done()`, which then drops the
+    /// work request's reference to the entry and lets the module go if this
+    /// was its last outstanding work request.
     ///
     /// # Safety
     ///
     /// `wc` must be a valid work completion whose `wr_cqe` is the `cqe` of
-    /// the `inner` of a live `Cqe<H>`.
+    /// the `inner` of a live `Entry<H>`.
     unsafe extern "C" fn done_callback(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
         // SAFETY: The caller guarantees that `wc` is valid.
         let cqe = unsafe { (*wc).__bindgen_anon_1.wr_cqe };
-        // SAFETY: `cqe` is the `cqe` field of the `inner` of a live `Cqe<H>`
-        // (`Opaque<T>` is a transparent wrapper of `T`); it was posted with a
-        // pointer from the whole entry (`raw_inner`).
-        let this = unsafe {
-            let inner = container_of!(cqe, bindings::ib_counted_cqe, cqe);
-            &*container_of!(
-                inner.cast::<Opaque<bindings::ib_counted_cqe>>(),
-                Self,
-                inner
-            )
-        };
+        // SAFETY: `cqe` is the `cqe` field of the `inner` of a live
+        // `Entry<H>`, which the completion's reference keeps; `inner` is its
+        // first field (`repr(C)`), and `Opaque<T>` a transparent wrapper of
+        // `T`.
+        let entry =
+            unsafe { &*container_of!(cqe, bindings::ib_counted_cqe, cqe).cast::<Entry<H>>() };
         // SAFETY: `WorkCompletion` is a transparent wrapper of `struct ib_wc`.
-        this.handler.done(unsafe { &*wc.cast::<WorkCompletion>() });
+        entry.handler.done(unsafe { &*wc.cast::<WorkCompletion>() });
     }
 
-    /// The `ib_counted_cqe`, from a pointer to the whole entry, not to the
-    /// field: `done_callback` goes from it back to the entry.
+    /// Called by ib_core when the last reference to the entry is dropped:
+    /// frees it, and drops the handler.
+    ///
+    /// # Safety
+    ///
+    /// `c` must be the `inner` of an `Entry<H>` made by [`Cqe::new`], to
+    /// which no reference is left.
+    unsafe extern "C" fn release_callback(c: *mut bindings::ib_counted_cqe) {
+        // SAFETY: `inner` is the first field of the `repr(C)` entry, which
+        // `Cqe::new` allocated as a `KBox` and nothing refers to any more.
+        drop(unsafe { KBox::from_raw(c.cast::<Entry<H>>()) });
+    }
+
+    /// The entry's `ib_counted_cqe`, from a pointer to the whole entry, not
+    /// to the field: ib_core's callbacks go from it back to the entry.
     fn raw_inner(&self) -> *mut bindings::ib_counted_cqe {
-        let this = core::ptr::from_ref(self);
-        // SAFETY: `this` comes from a reference, so it is valid to project.
-        Opaque::cast_into(unsafe { &raw const (*this).inner })
+        // SAFETY: By the type invariant the entry lives while `self` does, so
+        // the pointer is valid to project.
+        Opaque::cast_into(unsafe { &raw const (*self.ptr.as_ptr()).inner })
     }
 
     /// Counts a work request about to be posted with this entry, unless
@@ -330,8 +361,8 @@ impl<H: CompletionHandler> Cqe<H> {
         let count = self.count();
         let mut n = count.load(Relaxed);
         loop {
-            // CAST: The count is never negative.
-            if n as usize >= max {
+            // CAST: The count is at least one, this object's.
+            if (n - 1) as usize >= max {
                 return Err(EBUSY);
             }
             match count.cmpxchg(n, n + 1, Relaxed) {
@@ -342,6 +373,7 @@ impl<H: CompletionHandler> Cqe<H> {
         let inner = self.raw_inner();
         // SAFETY: `inner` was initialized by `Cqe::new`.
         if let Err(e) = to_result(unsafe { bindings::ib_counted_cqe_post(inner) }) {
+            // This object's reference keeps the count above zero.
             count.fetch_sub(1, Relaxed);
             return Err(e);
         }
@@ -354,8 +386,9 @@ impl<H: CompletionHandler> Cqe<H> {
     /// CQ freed) without completing them.
     pub(crate) fn uncount(&self, n: usize) {
         // SAFETY: `inner` was initialized by `Cqe::new`, and counted `n`
-        // posts (a count of work requests fits in a `long`).
-        unsafe { bindings::ib_counted_cqe_unpost(self.inner.get(), n as c_long) };
+        // posts (a count of work requests fits in a `long`); this object's
+        // reference keeps the entry.
+        unsafe { bindings::ib_counted_cqe_unpost(self.raw_inner(), n as c_long) };
     }
 
     /// Forgets every work request still counted: see [`Cqe::uncount`].
@@ -364,23 +397,10 @@ impl<H: CompletionHandler> Cqe<H> {
     }
 }
 
-#[pinned_drop]
-impl<H: CompletionHandler> PinnedDrop for Cqe<H> {
-    fn drop(self: Pin<&mut Self>) {
-        // A posted work request still points at this entry: wait for it.
-        let mut waited_ms = 0u32;
-        while self.outstanding() != 0 {
-            fsleep(Delta::from_millis(1));
-            waited_ms += 1;
-            if waited_ms % 10_000 == 0 {
-                pr_warn!(
-                    "RDMA completion entry dropped with {} work requests outstanding, waiting\n",
-                    self.outstanding()
-                );
-            }
-        }
-        // SAFETY: `inner` was initialized by `Cqe::new`; nothing is posted
-        // with it, and it is freed after this.
-        unsafe { bindings::ib_counted_cqe_release(self.inner.get()) };
+impl<H: CompletionHandler> Drop for Cqe<H> {
+    fn drop(&mut self) {
+        // SAFETY: By the type invariant this object holds a reference to the
+        // entry, given back here; whichever reference goes last frees it.
+        unsafe { bindings::ib_counted_cqe_put(self.raw_inner()) };
     }
 }

@@ -36,7 +36,8 @@ use core::{ops::Deref, ptr::NonNull};
 pub struct Device(Opaque<bindings::ib_device>);
 
 // SAFETY: The RDMA core uses `struct ib_device` from any thread; the methods
-// of `Device` only read fields that do not change after registration.
+// of `Device` only read fields that do not change after registration, and
+// the name, which `name()` copies under the lock that a rename takes.
 unsafe impl Send for Device {}
 
 // SAFETY: See `Send`; concurrent reads of those fields are fine.
@@ -63,23 +64,38 @@ impl Device {
 
     /// Returns a copy of the device's name, such as `rxe0`.
     ///
-    /// A copy, because a rename (`rdma dev set ... name`) may change the name
-    /// at any time; the copy may show a rename half done, never freed memory.
+    /// A copy, taken under the lock that a rename (`rdma dev set ... name`),
+    /// which may come at any time, holds while it rewrites the name. May
+    /// sleep.
     #[inline]
     pub fn name(&self) -> DeviceName {
         let mut name = [0u8; NAME_MAX];
-        // SAFETY: By the type invariant the device is valid; `name` is an
-        // array inside it, rewritten in place by a rename.
-        let src = unsafe { &raw const (*self.as_raw()).name }.cast::<u8>();
-        for (i, b) in name.iter_mut().enumerate().take(NAME_MAX - 1) {
-            // SAFETY: `i` is within the array. A volatile read, like C's
-            // `READ_ONCE()`, of bytes that a rename may write meanwhile.
-            *b = unsafe { src.add(i).read_volatile() };
-            if *b == 0 {
-                break;
-            }
-        }
+        // SAFETY: By the type invariant the device is valid; `name` has room
+        // for the `IB_DEVICE_NAME_MAX` bytes that ib_device_copy_name() may
+        // write.
+        unsafe { bindings::ib_device_copy_name(self.as_raw(), name.as_mut_ptr().cast()) };
+        // INVARIANT: ib_device_copy_name() copies with `strscpy()`, which
+        // ends the copy with a NUL within the array.
         DeviceName(name)
+    }
+
+    /// Returns whether the device has every verb that kernel ULPs need
+    /// (ib_core's `kverbs_provider`, which it sets at registration).
+    #[inline]
+    pub fn has_kernel_verbs(&self) -> bool {
+        // SAFETY: By the type invariant the device is valid; the bit is set
+        // once, before the device is registered, and read here without a
+        // reference to the whole device.
+        unsafe { bindings::ib_device::kverbs_provider_raw(self.as_raw()) != 0 }
+    }
+
+    /// Returns the device's attributes, which the provider sets before
+    /// registering it.
+    #[inline]
+    pub(crate) fn attrs(&self) -> &bindings::ib_device_attr {
+        // SAFETY: By the type invariant the device is valid, and its
+        // attributes are set once before registration.
+        unsafe { &(*self.as_raw()).attrs }
     }
 
     /// Returns the device's operations table.
@@ -169,7 +185,8 @@ impl RegisteredDevice {
     /// Finds the RDMA device bound to the network device named `netdev` in
     /// the initial network namespace (where RDMA devices are in the default,
     /// shared, namespace mode), such as the `dummy0` of an rxe device, of
-    /// any driver. `ENODEV` if there is none.
+    /// any driver. `ENODEV` if there is none, `EOPNOTSUPP` if the device
+    /// lacks verbs that kernel ULPs need (see [`Device::has_kernel_verbs`]).
     #[inline]
     pub fn get_by_netdev(netdev: &CStr) -> Result<ARef<Self>> {
         let net = &raw mut bindings::init_net;
@@ -195,7 +212,14 @@ impl RegisteredDevice {
         // SAFETY: ib_device_get_by_netdev() took one registration reference,
         // which the `ARef` takes over; `RegisteredDevice` is a transparent
         // wrapper of `Device`, itself of `struct ib_device`.
-        Ok(unsafe { ARef::from_raw(ptr.cast()) })
+        let dev: ARef<Self> = unsafe { ARef::from_raw(ptr.cast()) };
+        // ib_core hands such a device to no kernel client: it lacks verbs
+        // that the objects made here call (usnic has no `get_dma_mr`,
+        // `post_send`, `poll_cq`, ...).
+        if !dev.has_kernel_verbs() {
+            return Err(EOPNOTSUPP);
+        }
+        Ok(dev)
     }
 }
 

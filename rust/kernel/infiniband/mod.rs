@@ -21,31 +21,37 @@
 //! dropped; each holds a counted reference to what it was made from.
 //!
 //! 1. The device: [`RegisteredDevice::get_by_netdev`] returns a
-//!    [`DeviceRef`], which `ib_unregister_device()` waits for.
+//!    [`DeviceRef`], which `ib_unregister_device()` waits for; a device
+//!    without the verbs kernel ULPs need is refused (`EOPNOTSUPP`).
 //! 2. A protection domain, [`Pd::alloc`], and completion queues,
 //!    [`OwnedCq::alloc`], polled in a [`PollContext`]. They are always
 //!    `ib_alloc_cq()` CQs, which call each work request's handler.
 //! 3. An RC queue pair, [`OwnedQp::create_rc`] (or
-//!    [`OwnedQp::create_rc_on_srq`] with an [`OwnedSrq`]), with the depth of
-//!    each queue in a [`QpConfig`]. Its PD, CQs and SRQ must be on one device
-//!    (else `EINVAL`). Its CQs reserve room for each queue and its drain
-//!    marker, so the drain's contract holds by construction.
+//!    [`OwnedQp::create_rc_on_srq`] with an [`OwnedSrq`], where the device
+//!    has SRQs), with the depth of each queue in a [`QpConfig`]. Its PD,
+//!    CQs and SRQ must be on one device (else `EINVAL`). Its CQs reserve room
+//!    for each queue and its drain marker, so the drain's contract holds by
+//!    construction.
 //! 4. [`OwnedQp::init`], then [`OwnedQp::connect`] to the peer's QP number
 //!    through a [`GidAttr`], with [`RcParams`].
-//! 5. Posting, through the queue's token: `qp.rq().post(cqe)` and
-//!    `qp.sq().post_send(cqe)`. [`OwnedQp::rq`] and [`OwnedQp::sq`] take the
+//! 5. Posting, through the queue's token: `qp.rq().post(&cqe)` and
+//!    `qp.sq().post_send(&cqe)`. [`OwnedQp::rq`] and [`OwnedQp::sq`] take the
 //!    QP by `&mut`, so nobody posts during a drain, and a queue holds at most
-//!    its depth (`EBUSY`). Each work request points at a pinned [`Cqe`], whose
-//!    [`CompletionHandler`] runs when its completion is reaped; the handler
-//!    borrows nothing (`'static`), as a leaked `Cqe` may be called late.
+//!    its depth (`EBUSY`). Each work request holds a reference to a [`Cqe`],
+//!    whose [`CompletionHandler`] runs when its completion is reaped; the
+//!    handler borrows nothing (`'static`), as a leaked `Cqe` may be called
+//!    late.
 //! 6. Draining: [`OwnedQp::drain_rq`], [`OwnedQp::drain_sq`] and
 //!    [`OwnedQp::drain`] call `ib_drain_rq()`, `ib_drain_sq()` and
 //!    `ib_drain_qp()`; [`drain_rq_concurrently`] drains many QPs at once.
-//!    Dropping an `OwnedQp` drains it, then destroys it, so that no posted
-//!    `Cqe` waits forever; a `Cqe` is dropped after the QPs it was posted on.
+//!    Dropping an `OwnedQp` drains it, then destroys it.
 //!
 //! Handles may be dropped in any order, or leaked, without freeing what the
 //! provider still uses, and a destroy that fails leaks rather than frees.
+//! A handler may drop what it holds: a `Cqe` never waits, and a QP, CQ, SRQ
+//! or PD dropped in a handler, or in atomic context, is torn down later, in
+//! process context; a drain there is refused (`EDEADLK`), as it would wait
+//! for the completion being handled.
 //! A module is in use while work posted with its `Cqe`s is outstanding
 //! (ib_core's `counted_cqe.c` holds a module reference), as the handlers
 //! are its code: `rmmod` is refused until its QPs are drained or dropped,
@@ -60,7 +66,6 @@
 //!     WcStatus, WorkCompletion,
 //! };
 //! use kernel::sync::atomic::{Atomic, Relaxed};
-//! use pin_init::stack_pin_init;
 //!
 //! /// Counts the receives that were flushed.
 //! struct Flushed(Atomic<u32>);
@@ -76,16 +81,15 @@
 //! let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
 //! let pd = Pd::alloc(&dev)?;
 //! let cq = OwnedCq::alloc(&dev, 16, 0, PollContext::Softirq)?;
-//! // Before the QP: dropped after it.
-//! stack_pin_init!(let cqe = Cqe::new(Flushed(Atomic::new(0))));
+//! let cqe = Cqe::new(Flushed(Atomic::new(0)))?;
 //! let mut qp = OwnedQp::create_rc(&pd, &cq, &cq, QpConfig { send_depth: 1, recv_depth: 4 })?;
 //! qp.init(1)?;
 //! for _ in 0..4 {
-//!     qp.rq().post(cqe.as_ref())?;
+//!     qp.rq().post(&cqe)?;
 //! }
 //! // The queue is full.
-//! assert_eq!(qp.rq().post(cqe.as_ref()), Err(EBUSY));
-//! qp.drain_rq();
+//! assert_eq!(qp.rq().post(&cqe), Err(EBUSY));
+//! qp.drain_rq()?;
 //! assert_eq!(cqe.handler().0.load(Relaxed), 4);
 //! # Ok::<(), Error>(())
 //! ```
@@ -95,8 +99,8 @@
 mod concurrent;
 mod cq;
 mod cqe;
+mod defer;
 mod device;
-mod marker;
 mod owned_qp;
 mod pd;
 mod qp;
@@ -107,7 +111,6 @@ pub use concurrent::drain_rq_concurrently;
 pub use cq::{Cq, OwnedCq, PollContext};
 pub use cqe::{CompletionHandler, Cqe, WcStatus, WorkCompletion};
 pub use device::{Device, DeviceName, DeviceRef, GidAttr, RegisteredDevice};
-pub use marker::DrainMarker;
 pub use owned_qp::{Mtu, OwnedQp, QpConfig, RcParams};
 pub use pd::Pd;
 pub use qp::{Qp, QpState, RecvQueue, SendQueue, WorkQueue};

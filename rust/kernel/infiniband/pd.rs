@@ -33,6 +33,13 @@ pub struct Pd {
     dev: ManuallyDrop<DeviceRef>,
 }
 
+// `Drop` may move a `Pd` out of itself, to defer it: no field may be dropped
+// after it.
+crate::static_assert!(
+    !core::mem::needs_drop::<NonNull<bindings::ib_pd>>()
+        && !core::mem::needs_drop::<ManuallyDrop<DeviceRef>>()
+);
+
 // SAFETY: A PD may be used and deallocated from any thread.
 unsafe impl Send for Pd {}
 
@@ -70,6 +77,13 @@ impl Pd {
 impl Drop for Pd {
     #[inline]
     fn drop(&mut self) {
+        if super::defer::must_defer() {
+            // SAFETY: No field of `self` is dropped after this (checked beside
+            // the struct): the copy takes `self` over, and is dropped again,
+            // in process context, where the provider may sleep.
+            super::defer::defer_drop(unsafe { core::ptr::read(self) }, "PD");
+            return;
+        }
         // SAFETY: By the type invariant we own the PD; the objects on it hold
         // references to `self`, so they are gone already.
         let ret = unsafe { bindings::ib_dealloc_pd_user(self.as_raw(), core::ptr::null_mut()) };

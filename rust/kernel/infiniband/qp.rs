@@ -6,8 +6,8 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
-use super::{slots::WrSlots, CompletionHandler, Cq, Cqe, Device, DrainMarker};
-use crate::{bindings, error::to_result, prelude::*, time::Jiffies, types::Opaque};
+use super::{slots::WrSlots, CompletionHandler, Cq, Cqe, Device};
+use crate::{bindings, error::to_result, prelude::*, types::Opaque};
 
 /// A queue pair's state (`enum ib_qp_state`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -162,51 +162,18 @@ impl Qp {
         })
     }
 
-    /// Waits at most `timeout` for the `IB_EVENT_QP_LAST_WQE_REACHED` event of a
-    /// QP on an SRQ. Returns `true` if it arrived.
-    ///
-    /// # Safety
-    ///
-    /// Only the SRQ drain may wait: the wait consumes the event, and a drain
-    /// after it would not see it.
-    #[inline]
-    pub unsafe fn wait_last_wqe_reached(&self, timeout: Jiffies) -> bool {
-        // SAFETY: `srq_completion` of a valid QP is initialized when the QP is
-        // created and completed by the core's QP event handler.
-        unsafe {
-            bindings::wait_for_completion_timeout(&raw mut (*self.as_raw()).srq_completion, timeout)
-                != 0
-        }
-    }
-
-    /// Runs a provider's `drain_rq`/`drain_sq` op on this QP if it has one;
-    /// returns `false` if not.
-    ///
-    /// # Safety
-    ///
-    /// Nobody may post on the queue that `op` drains until it returns.
-    #[inline]
-    unsafe fn run_provider_drain(
-        &self,
-        op: Option<unsafe extern "C" fn(*mut bindings::ib_qp)>,
-    ) -> bool {
-        let Some(drain) = op else {
-            return false;
-        };
-        // SAFETY: The QP is valid; the caller excludes other posters.
-        unsafe { drain(self.as_raw()) };
-        true
-    }
-
     /// Returns the receive queue's posting token.
     ///
     /// # Safety
     ///
     /// While the token lives, no other context may post receive work requests
-    /// on this QP.
+    /// on this QP. If the receive CQ is polled directly, the token's holder
+    /// may reap it ([`WorkQueue::poll_cq`]): the QP's owner lets the handlers
+    /// of its completions run in that context.
     #[inline]
     pub unsafe fn recv_queue(&self) -> RecvQueue<'_> {
-        // INVARIANT: The caller guarantees exclusive posting.
+        // INVARIANT: The caller guarantees exclusive posting, and the right
+        // to reap a direct receive CQ.
         RecvQueue {
             qp: self,
             slots: None,
@@ -218,10 +185,11 @@ impl Qp {
     /// # Safety
     ///
     /// While the token lives, no other context may post send work requests on
-    /// this QP.
+    /// this QP. As for [`Qp::recv_queue`], for the send CQ.
     #[inline]
     pub unsafe fn send_queue(&self) -> SendQueue<'_> {
-        // INVARIANT: The caller guarantees exclusive posting.
+        // INVARIANT: The caller guarantees exclusive posting, and the right
+        // to reap a direct send CQ.
         SendQueue {
             qp: self,
             slots: None,
@@ -230,24 +198,18 @@ impl Qp {
 }
 
 mod private {
-    /// Only this crate's queues are work queues: the drain trusts them.
+    /// Only this crate's queues are work queues.
     pub trait Sealed {}
 }
 
-/// One work queue of a QP, as far as a drain needs it.
+/// One work queue of a QP.
 ///
-/// The drain's own steps are `unsafe`: they are safe under the C drain's
-/// contract (`ib_drain_rq()`'s kernel-doc), which only the drain can promise.
-/// An [`OwnedQp`](super::OwnedQp) keeps that contract by construction and
-/// drains through the exported C functions. Safe code cannot post a marker
-/// past the queue's slots and the CQ's reservation, or reap a CQ whose
+/// Reaping its CQ is `unsafe`: the handlers run in the caller's context,
+/// which the QP's owner must allow. Safe code cannot reap a CQ whose
 /// handlers run elsewhere:
 ///
 /// ```ignore,compile_fail
-/// # use kernel::infiniband::{DrainMarker, OwnedQp, WorkQueue};
-/// fn post_marker(qp: &mut OwnedQp, marker: Pin<&DrainMarker>) -> Result {
-///     qp.rq().post_marker(marker) // error[E0133]: call to unsafe function
-/// }
+/// # use kernel::infiniband::{OwnedQp, WorkQueue};
 /// fn reap(qp: &mut OwnedQp) -> i32 {
 ///     qp.rq().poll_cq() // error[E0133]: call to unsafe function
 /// }
@@ -279,9 +241,6 @@ mod private {
 /// # Ok::<(), Error>(())
 /// ```
 pub trait WorkQueue<'a>: private::Sealed {
-    /// `"recv"` or `"send"`, for messages.
-    const NAME: &'static str;
-
     /// The QP the queue belongs to.
     fn qp(&self) -> &'a Qp;
 
@@ -289,27 +248,10 @@ pub trait WorkQueue<'a>: private::Sealed {
     fn cq(&self) -> Option<&'a Cq>;
 
     /// Returns `true` if the QP takes this queue's work requests from a shared
-    /// queue: the QP then has no queue of its own to post a marker on.
+    /// queue.
     fn is_shared(&self) -> bool {
         false
     }
-
-    /// Runs the provider's own drain for this queue; `false` if it has none.
-    ///
-    /// # Safety
-    ///
-    /// The C drain's contract: the queue and its CQ have room for one more
-    /// work request, and the CQ comes from `ib_alloc_cq()`.
-    unsafe fn provider_drain(&mut self) -> bool;
-
-    /// Posts `marker` behind all outstanding work requests. Fails with
-    /// `EBUSY` if the marker was posted before.
-    ///
-    /// # Safety
-    ///
-    /// As for [`WorkQueue::provider_drain`]: a marker posted to a full queue
-    /// or CQ, or to a CQ that does not call `ib_cqe::done`, never completes.
-    unsafe fn post_marker(&mut self, marker: Pin<&DrainMarker>) -> Result;
 
     /// Polls the queue's CQ in the caller's context; returns how many
     /// completions were reaped.
@@ -319,7 +261,7 @@ pub trait WorkQueue<'a>: private::Sealed {
     /// The CQ comes from `ib_alloc_cq()` (its `wr_id`s are `ib_cqe`s), and
     /// the handlers of its completions may run in the caller's context: it is
     /// polled directly ([`PollContext::Direct`](super::PollContext::Direct)),
-    /// or the caller is the drain of a QP on an SRQ.
+    /// and the QP's owner allows it (see [`Qp::recv_queue`]).
     unsafe fn poll_cq(&mut self) -> i32 {
         match self.cq() {
             // SAFETY: The caller guarantees both. Direct processing may run
@@ -343,7 +285,6 @@ pub trait WorkQueue<'a>: private::Sealed {
 ///     WorkCompletion,
 /// };
 /// use kernel::time::{delay::fsleep, Delta};
-/// use pin_init::stack_pin_init;
 /// # struct Ignore;
 /// # impl CompletionHandler for Ignore {
 /// #     fn done(&self, _wc: &WorkCompletion) {}
@@ -352,14 +293,14 @@ pub trait WorkQueue<'a>: private::Sealed {
 /// let dev = RegisteredDevice::get_by_netdev(c"dummy0")?;
 /// let pd = Pd::alloc(&dev)?;
 /// let cq = OwnedCq::alloc(&dev, 8, 0, PollContext::Direct)?;
-/// stack_pin_init!(let cqe = Cqe::new(Ignore));
+/// let cqe = Cqe::new(Ignore)?;
 /// let mut qp = OwnedQp::create_rc(&pd, &cq, &cq, QpConfig { send_depth: 0, recv_depth: 2 })?;
 /// qp.init(1)?;
 /// let mut rq = qp.rq();
-/// rq.post(cqe.as_ref())?;
-/// rq.post(cqe.as_ref())?;
+/// rq.post(&cqe)?;
+/// rq.post(&cqe)?;
 /// // The queue is as deep as asked, no deeper.
-/// assert!(matches!(rq.post(cqe.as_ref()), Err(e) if e == EBUSY));
+/// assert!(matches!(rq.post(&cqe), Err(e) if e == EBUSY));
 /// qp.set_error_state()?;
 /// let mut reaped = 0;
 /// for _ in 0..5000 {
@@ -376,8 +317,9 @@ pub trait WorkQueue<'a>: private::Sealed {
 ///
 /// # Invariants
 ///
-/// While a `RecvQueue` exists, no other context posts receives on `qp`.
-/// `slots`, if any, bound the receives outstanding on `qp`.
+/// While a `RecvQueue` exists, no other context posts receives on `qp`, and
+/// its holder may reap `qp`'s receive CQ if it is polled directly. `slots`,
+/// if any, bound the receives outstanding on `qp`.
 pub struct RecvQueue<'a> {
     pub(crate) qp: &'a Qp,
     pub(crate) slots: Option<&'a WrSlots>,
@@ -386,8 +328,6 @@ pub struct RecvQueue<'a> {
 impl private::Sealed for RecvQueue<'_> {}
 
 impl<'a> WorkQueue<'a> for RecvQueue<'a> {
-    const NAME: &'static str = "recv";
-
     #[inline]
     fn qp(&self) -> &'a Qp {
         self.qp
@@ -403,62 +343,6 @@ impl<'a> WorkQueue<'a> for RecvQueue<'a> {
     fn is_shared(&self) -> bool {
         self.qp.has_srq()
     }
-
-    #[inline]
-    unsafe fn provider_drain(&mut self) -> bool {
-        // SAFETY: By the type invariant nobody posts receives meanwhile; the
-        // caller guarantees the rest of the drain contract.
-        unsafe { self.qp.run_provider_drain(self.qp.device().ops().drain_rq) }
-    }
-
-    #[inline]
-    unsafe fn post_marker(&mut self, marker: Pin<&DrainMarker>) -> Result {
-        let cqe = marker.cqe_if_fresh().ok_or(EBUSY)?;
-        let mut wr = bindings::ib_recv_wr::default();
-        wr.__bindgen_anon_1.wr_cqe = cqe;
-        // SAFETY: The QP and `wr` are valid. The marker is pinned and, once
-        // posted, is not dropped before its completion (`DrainMarker`'s drop).
-        // By the type invariant nobody else posts receives now.
-        to_result(unsafe { bindings::ib_post_recv(self.qp.as_raw(), &wr, core::ptr::null_mut()) })?;
-        marker.set_posted();
-        Ok(())
-    }
-}
-
-impl<'a> RecvQueue<'a> {
-    /// The CQ that the completions of a QP on an SRQ go to: the SRQ's own CQ
-    /// for the SRQ types that have one, the QP's receive CQ otherwise.
-    #[inline]
-    pub fn srq_cq(&self) -> Option<&'a Cq> {
-        // SAFETY: The QP is valid.
-        let srq = unsafe { (*self.qp.as_raw()).srq };
-        if srq.is_null() {
-            return None;
-        }
-        // SAFETY: A QP's SRQ is valid while the QP is.
-        let srq_type = unsafe { (*srq).srq_type };
-        // SAFETY: `ib_srq_has_cq()` only compares its argument.
-        let cq = if unsafe { bindings::ib_srq_has_cq(srq_type) } {
-            // SAFETY: As above.
-            unsafe { (*srq).ext.cq }
-        } else {
-            // SAFETY: The QP is valid.
-            unsafe { (*self.qp.as_raw()).recv_cq }
-        };
-        // SAFETY: A CQ outlives the QPs and SRQs that use it.
-        unsafe { Cq::from_raw_opt(cq) }
-    }
-
-    /// Polls at most `budget` completions from `cq` in the caller's context.
-    ///
-    /// # Safety
-    ///
-    /// As for [`WorkQueue::poll_cq`], for `cq`.
-    #[inline]
-    pub unsafe fn poll_srq_cq(&mut self, cq: &Cq, budget: i32) -> i32 {
-        // SAFETY: The caller guarantees that `cq` may be polled here.
-        unsafe { cq.process_direct(budget) }
-    }
 }
 
 /// The right to post send work requests on a QP.
@@ -473,7 +357,6 @@ impl<'a> RecvQueue<'a> {
 ///     CompletionHandler, Cqe, RegisteredDevice, GidAttr, Mtu, OwnedCq, OwnedQp, Pd, PollContext,
 ///     QpConfig, RcParams, WorkCompletion,
 /// };
-/// use pin_init::stack_pin_init;
 /// # struct Ignore;
 /// # impl CompletionHandler for Ignore {
 /// #     fn done(&self, _wc: &WorkCompletion) {}
@@ -495,8 +378,8 @@ impl<'a> RecvQueue<'a> {
 /// # };
 /// let pd = Pd::alloc(&dev)?;
 /// let cq = OwnedCq::alloc(&dev, 16, 0, PollContext::Softirq)?;
-/// stack_pin_init!(let sent = Cqe::new(Ignore));
-/// stack_pin_init!(let received = Cqe::new(Ignore));
+/// let sent = Cqe::new(Ignore)?;
+/// let received = Cqe::new(Ignore)?;
 /// let cfg = QpConfig { send_depth: 3, recv_depth: 3 };
 /// let mut a = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
 /// let mut b = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
@@ -506,14 +389,14 @@ impl<'a> RecvQueue<'a> {
 /// a.connect(&gid, qpn_b, &params)?;
 /// b.connect(&gid, qpn_a, &params)?;
 /// for _ in 0..3 {
-///     b.rq().post(received.as_ref())?;
+///     b.rq().post(&received)?;
 /// }
 /// let mut sq = a.sq();
 /// for _ in 0..3 {
-///     sq.post_send(sent.as_ref())?;
+///     sq.post_send(&sent)?;
 /// }
-/// let fourth = sq.post_send(sent.as_ref());
-/// a.drain_sq();
+/// let fourth = sq.post_send(&sent);
+/// a.drain_sq()?;
 /// assert!(matches!(fourth, Err(e) if e == EBUSY));
 /// assert_eq!(sent.outstanding(), 0);
 /// # Ok::<(), Error>(())
@@ -521,8 +404,9 @@ impl<'a> RecvQueue<'a> {
 ///
 /// # Invariants
 ///
-/// While a `SendQueue` exists, no other context posts sends on `qp`.
-/// `slots`, if any, bound the sends outstanding on `qp`.
+/// While a `SendQueue` exists, no other context posts sends on `qp`, and its
+/// holder may reap `qp`'s send CQ if it is polled directly. `slots`, if
+/// any, bound the sends outstanding on `qp`.
 pub struct SendQueue<'a> {
     pub(crate) qp: &'a Qp,
     pub(crate) slots: Option<&'a WrSlots>,
@@ -531,8 +415,6 @@ pub struct SendQueue<'a> {
 impl private::Sealed for SendQueue<'_> {}
 
 impl<'a> WorkQueue<'a> for SendQueue<'a> {
-    const NAME: &'static str = "send";
-
     #[inline]
     fn qp(&self) -> &'a Qp {
         self.qp
@@ -542,29 +424,6 @@ impl<'a> WorkQueue<'a> for SendQueue<'a> {
     fn cq(&self) -> Option<&'a Cq> {
         // SAFETY: The QP is valid, and its CQ outlives it.
         unsafe { Cq::from_raw_opt((*self.qp.as_raw()).send_cq) }
-    }
-
-    #[inline]
-    unsafe fn provider_drain(&mut self) -> bool {
-        // SAFETY: By the type invariant nobody posts sends meanwhile; the
-        // caller guarantees the rest of the drain contract.
-        unsafe { self.qp.run_provider_drain(self.qp.device().ops().drain_sq) }
-    }
-
-    #[inline]
-    unsafe fn post_marker(&mut self, marker: Pin<&DrainMarker>) -> Result {
-        let cqe = marker.cqe_if_fresh().ok_or(EBUSY)?;
-        // A zero-length RDMA WRITE: valid on every connected QP, and flushed
-        // like any other send once the QP is in the error state.
-        let mut wr = bindings::ib_rdma_wr::default();
-        wr.wr.__bindgen_anon_1.wr_cqe = cqe;
-        wr.wr.opcode = bindings::ib_wr_opcode_IB_WR_RDMA_WRITE;
-        // SAFETY: As for `RecvQueue::post_marker`, for the send queue.
-        to_result(unsafe {
-            bindings::ib_post_send(self.qp.as_raw(), &wr.wr, core::ptr::null_mut())
-        })?;
-        marker.set_posted();
-        Ok(())
     }
 }
 
@@ -580,7 +439,7 @@ impl RecvQueue<'_> {
                 if cq.calls_cqe_done() && cq.poll_context() == Some(super::PollContext::Direct) =>
             {
                 // SAFETY: Just checked: a direct CQ from ib_alloc_cq(), which
-                // any holder of one of its queues may reap.
+                // by the type invariant this token's holder may reap.
                 unsafe { self.poll_cq() }
             }
             _ => 0,
@@ -592,18 +451,19 @@ impl RecvQueue<'_> {
     ///
     /// On an [`OwnedQp`](super::OwnedQp), fails with `EBUSY` while the queue holds as many
     /// receives as its depth.
-    pub fn post<H: CompletionHandler>(&mut self, cqe: Pin<&Cqe<H>>) -> Result {
+    pub fn post<H: CompletionHandler>(&mut self, cqe: &Cqe<H>) -> Result {
         let mut wr = bindings::ib_recv_wr::default();
-        let wr_cqe = take_slot(self.slots, &cqe)?;
+        let wr_cqe = take_slot(self.slots, cqe)?;
         wr.__bindgen_anon_1.wr_cqe = wr_cqe;
-        // SAFETY: The QP and `wr` are valid. `cqe` is pinned and waits in its
-        // drop for every completion counted by `count_post()`; a slot waits for its
-        // completion too. By the type invariant nobody else posts receives now.
+        // SAFETY: The QP and `wr` are valid. The entry of `cqe` is kept until
+        // the completion returns, by the reference `count_post()` took; a slot
+        // is kept until its completion returns too. By the type invariant
+        // nobody else posts receives now.
         let ret = to_result(unsafe {
             bindings::ib_post_recv(self.qp.as_raw(), &wr, core::ptr::null_mut())
         });
         if ret.is_err() {
-            put_unposted(self.slots, &cqe, wr_cqe);
+            put_unposted(self.slots, cqe, wr_cqe);
         }
         ret
     }
@@ -644,9 +504,9 @@ impl SendQueue<'_> {
     ///
     /// On an [`OwnedQp`](super::OwnedQp), fails with `EBUSY` while the queue holds as many
     /// sends as its depth.
-    pub fn post_send<H: CompletionHandler>(&mut self, cqe: Pin<&Cqe<H>>) -> Result {
+    pub fn post_send<H: CompletionHandler>(&mut self, cqe: &Cqe<H>) -> Result {
         let mut wr = bindings::ib_send_wr::default();
-        let wr_cqe = take_slot(self.slots, &cqe)?;
+        let wr_cqe = take_slot(self.slots, cqe)?;
         wr.__bindgen_anon_1.wr_cqe = wr_cqe;
         wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
         wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED;
@@ -655,7 +515,7 @@ impl SendQueue<'_> {
             bindings::ib_post_send(self.qp.as_raw(), &wr, core::ptr::null_mut())
         });
         if ret.is_err() {
-            put_unposted(self.slots, &cqe, wr_cqe);
+            put_unposted(self.slots, cqe, wr_cqe);
         }
         ret
     }

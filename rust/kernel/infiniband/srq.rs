@@ -47,7 +47,7 @@ use core::{mem::ManuallyDrop, ptr::NonNull};
 /// let cfg = QpConfig { send_depth: 1, recv_depth: 0 };
 /// let mut qp = OwnedQp::create_rc_on_srq(&pd, &cq, &srq, cfg)?;
 /// qp.init(1)?;
-/// qp.drain();
+/// qp.drain()?;
 /// assert_eq!(srq.outstanding(), 4);
 /// # Ok::<(), Error>(())
 /// ```
@@ -62,7 +62,7 @@ pub struct OwnedSrq<H: CompletionHandler> {
     ptr: NonNull<bindings::ib_srq>,
     cq: ManuallyDrop<OwnedCq>,
     depth: u32,
-    cqe: ManuallyDrop<Pin<KBox<Cqe<H>>>>,
+    cqe: ManuallyDrop<Cqe<H>>,
     pd: ManuallyDrop<Arc<Pd>>,
 }
 
@@ -95,8 +95,20 @@ impl<H: CompletionHandler + Send> SrqOwner for OwnedSrq<H> {
 impl<H: CompletionHandler> OwnedSrq<H> {
     /// Creates an SRQ of `depth` receives on `pd`, whose receives complete on
     /// a CQ of its own, polled in `ctx`, and run `handler`.
+    ///
+    /// `EOPNOTSUPP` if the device has no SRQs (`ib_create_srq_user()` does
+    /// not check), `EINVAL` if `depth` is 0 or more than the device's
+    /// `max_srq_wr`.
     pub fn new(pd: &Arc<Pd>, depth: u32, ctx: PollContext, handler: H) -> Result<Arc<Self>> {
-        let cqe = KBox::pin_init(Cqe::new(handler), GFP_KERNEL)?;
+        let dev = pd.device();
+        if dev.ops().create_srq.is_none() || dev.ops().size_ib_srq == 0 || dev.attrs().max_srq == 0
+        {
+            return Err(EOPNOTSUPP);
+        }
+        if depth == 0 || depth > dev.attrs().max_srq_wr {
+            return Err(EINVAL);
+        }
+        let cqe = Cqe::new(handler)?;
         let cq = OwnedCq::alloc_unshared(pd.device(), depth, 0, ctx)?;
         cq.reserve(depth)?;
         let mut attr = bindings::ib_srq_init_attr {
@@ -159,8 +171,8 @@ impl<H: CompletionHandler> OwnedSrq<H> {
         let mut wr = bindings::ib_recv_wr::default();
         let depth = usize::try_from(self.depth)?;
         wr.__bindgen_anon_1.wr_cqe = self.cqe.count_post(depth)?;
-        // SAFETY: The SRQ and `wr` are valid. The `Cqe` is pinned in its box,
-        // which outlives every completion of the SRQ (see `Drop`).
+        // SAFETY: The SRQ and `wr` are valid. The entry of the `Cqe` is kept
+        // until the completion returns, by the reference `count_post()` took.
         let ret = to_result(unsafe {
             bindings::ib_post_srq_recv(self.as_raw(), &wr, core::ptr::null_mut())
         });
@@ -171,8 +183,21 @@ impl<H: CompletionHandler> OwnedSrq<H> {
     }
 }
 
+// `Drop` may move an `OwnedSrq` out of itself, to defer it: no field may be
+// dropped after it (the others are `ManuallyDrop`).
+crate::static_assert!(
+    !core::mem::needs_drop::<NonNull<bindings::ib_srq>>() && !core::mem::needs_drop::<u32>()
+);
+
 impl<H: CompletionHandler> Drop for OwnedSrq<H> {
     fn drop(&mut self) {
+        if super::defer::must_defer() {
+            // SAFETY: No field of `self` is dropped after this (checked
+            // above): the copy takes `self` over, and is dropped again, in
+            // process context.
+            super::defer::defer_drop(unsafe { core::ptr::read(self) }, "SRQ");
+            return;
+        }
         // SAFETY: By the type invariant we own the SRQ; its QPs hold
         // references to `self`, so they are destroyed already.
         let ret = unsafe { bindings::ib_destroy_srq_user(self.as_raw(), core::ptr::null_mut()) };
@@ -183,7 +208,14 @@ impl<H: CompletionHandler> Drop for OwnedSrq<H> {
             return;
         }
         self.cq.unreserve(self.depth);
-        // SAFETY: By the type invariant only this drop drops `cq`, once.
+        if self.cq.in_use() {
+            // Its drop would keep it, with completions in it that point at
+            // `cqe`: leak them both, and the PD.
+            pr_warn!("the CQ of a destroyed SRQ is still used; its memory is leaked\n");
+            return;
+        }
+        // SAFETY: By the type invariant only this drop drops `cq`, once; it
+        // is not in use, so it is freed.
         unsafe { ManuallyDrop::drop(&mut self.cq) };
         // The CQ is freed, so no handler runs any more: what is still counted
         // sat on the SRQ, or completed unpolled in the CQ, and was discarded

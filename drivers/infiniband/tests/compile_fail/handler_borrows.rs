@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Must not compile: a completion handler that borrows. A posted `Cqe` may
-//! be leaked (`mem::forget` of its box), and the provider then calls its
+//! be leaked (`mem::forget`) or dropped, and the provider then calls its
 //! handler on a flush or a peer's send, after the borrowed frame is gone.
 //!
 //! expect: E0477|E0478|lifetime may not live long enough

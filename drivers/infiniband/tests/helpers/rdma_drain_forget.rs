@@ -69,8 +69,8 @@ impl kernel::Module for Forget {
             return Ok(Forget);
         }
         qp.init(1)?;
-        let cqe = KBox::pin_init(Cqe::new(SayDone), GFP_KERNEL)?;
-        qp.rq().post(cqe.as_ref())?;
+        let cqe = Cqe::new(SayDone)?;
+        qp.rq().post(&cqe)?;
         pr_info!(
             "forgetting QP {:#x} on {} with a receive posted\n",
             qp.qp_num(),
