@@ -26,8 +26,8 @@
  *
  * Objects whose teardown waits (a QP's drain, a CQ's free) and whose handle
  * is dropped in a done(), or in atomic context, are torn down later, on a
- * workqueue of ib_core's (ib_defer_drop()), holding the module whose code
- * does it.
+ * workqueue of ib_core's (ib_defer_drop()); a module goes only once none is
+ * pending, as the teardown is its code.
  */
 
 #include <linux/module.h>
@@ -60,6 +60,8 @@ static DEFINE_PER_CPU(unsigned int, in_done);
  * in a done() or in atomic context (ib_counted_cqe_in_done()).
  */
 static struct workqueue_struct *teardown_wq;
+/* Teardowns queued and not done yet: a module goes only once none is. */
+static atomic_t teardowns;
 
 static struct ib_cqe_owner *find_owner(struct module *mod)
 {
@@ -242,7 +244,8 @@ EXPORT_SYMBOL_GPL(ib_counted_cqe_done);
  *	release(), or atomic context
  *
  * A held spinlock, or an RCU read-side section, shows only with
- * CONFIG_PREEMPT_COUNT, as for might_sleep().
+ * CONFIG_PREEMPT_COUNT, as for might_sleep(); disabled bottom halves and
+ * interrupts always do.
  *
  * Return: true where a teardown must not wait: in a done(), a drain or a
  * CQ's free would wait for the very completion being handled, and in
@@ -250,7 +253,8 @@ EXPORT_SYMBOL_GPL(ib_counted_cqe_done);
  */
 bool ib_counted_cqe_in_done(void)
 {
-	if (this_cpu_read(in_done) || !in_task())
+	if (this_cpu_read(in_done) || !in_task() || softirq_count() ||
+	    irqs_disabled())
 		return true;
 	return IS_ENABLED(CONFIG_PREEMPT_COUNT) &&
 	       (!preemptible() || rcu_preempt_depth());
@@ -261,29 +265,27 @@ static void deferred_drop_work(struct work_struct *work)
 {
 	struct ib_deferred_drop *d =
 		container_of(work, struct ib_deferred_drop, work);
-	struct module *mod = d->mod;
 
 	d->run(d);
 	/* @d is freed, and @run has returned: now its module may go. */
-	module_put(mod);
+	if (atomic_dec_and_test(&teardowns))
+		wake_up_var(&teardowns);
 }
 
 /**
  * ib_defer_drop - tear an object down later, in process context
- * @d: with @d->run and @d->mod set; @d->run tears the object down and frees
- *     @d, on ib_core's teardown workqueue
+ * @d: with @d->run set; @d->run tears the object down and frees @d, on
+ *     ib_core's teardown workqueue
  *
- * @d->mod is held until @d->run has returned.
- *
- * Return: false if @d->mod is going; then nothing is queued.
+ * A module that goes (rmmod, or a failed init) is freed only once every
+ * teardown queued so far, and those they queue, has run: its code may be
+ * @d->run's.
  */
-bool ib_defer_drop(struct ib_deferred_drop *d)
+void ib_defer_drop(struct ib_deferred_drop *d)
 {
-	if (!try_module_get(d->mod))
-		return false;
+	atomic_inc(&teardowns);
 	INIT_WORK(&d->work, deferred_drop_work);
 	queue_work(teardown_wq, &d->work);
-	return true;
 }
 EXPORT_SYMBOL_GPL(ib_defer_drop);
 
@@ -313,6 +315,8 @@ static int counted_cqes_module_going(struct notifier_block *nb,
 
 	if (state != MODULE_STATE_GOING)
 		return NOTIFY_DONE;
+	/* Teardowns run the code of the module that dropped the object. */
+	wait_var_event(&teardowns, !atomic_read(&teardowns));
 	spin_lock_irq(&owners_lock);
 	o = find_owner(mod);
 	spin_unlock_irq(&owners_lock);
@@ -324,6 +328,8 @@ static int counted_cqes_module_going(struct notifier_block *nb,
 		pr_warn("%s: goes with %ld work requests posted with its completion entries outstanding; waiting for them\n",
 			mod->name, posted);
 		wait_var_event(&o->posted, !atomic_long_read(&o->posted));
+		/* And what its last done()s dropped. */
+		wait_var_event(&teardowns, !atomic_read(&teardowns));
 	}
 	/* For entry_put()s that saw zero and still touch @o, @mod, their entry. */
 	synchronize_rcu();
@@ -344,11 +350,16 @@ static struct notifier_block counted_cqes_nb = {
 
 int ib_counted_cqe_init(void)
 {
-	teardown_wq = alloc_workqueue("ib_teardown", WQ_UNBOUND, 0);
+	int ret;
+
+	teardown_wq = alloc_workqueue("ib_teardown",
+				      WQ_UNBOUND | WQ_MEM_RECLAIM, 0);
 	if (!teardown_wq)
 		return -ENOMEM;
-	register_module_notifier(&counted_cqes_nb);
-	return 0;
+	ret = register_module_notifier(&counted_cqes_nb);
+	if (ret)
+		destroy_workqueue(teardown_wq);
+	return ret;
 }
 
 void ib_counted_cqe_cleanup(void)

@@ -7,10 +7,10 @@
 //! handled, and in softirq context it may not sleep (nor may a provider
 //! destroying a PD). So a QP, CQ, SRQ or PD dropped there is dropped again
 //! later, in process context, on ib_core's teardown workqueue
-//! (`ib_defer_drop()`), which holds the module whose code that is until it
-//! has run.
+//! (`ib_defer_drop()`); a module goes only once no teardown is pending, as
+//! the teardown is its code.
 
-use crate::{alloc::flags::__GFP_NOWARN, bindings, ffi::c_void, prelude::*, types::Opaque};
+use crate::{alloc::flags::__GFP_NOWARN, bindings, prelude::*, types::Opaque};
 use core::mem::ManuallyDrop;
 
 /// Whether a teardown here must be deferred: in a counted entry's `done`
@@ -26,7 +26,7 @@ pub(crate) fn must_defer() -> bool {
 ///
 /// # Invariants
 ///
-/// `raw.run` is `run::<T>`, and `raw.mod_` the module that is code of.
+/// `raw.run` is `run::<T>`.
 #[repr(C)]
 struct Deferred<T> {
     /// First: `run` goes from it back to the whole.
@@ -52,9 +52,8 @@ unsafe extern "C" fn run<T>(d: *mut bindings::ib_deferred_drop) {
 
 /// Drops `value` in process context, on ib_core's teardown workqueue.
 ///
-/// Without memory for the work item (`GFP_ATOMIC`), or while the module is
-/// going, `value` is leaked, with a line: what a provider may still use is
-/// never freed.
+/// Without memory for the work item (`GFP_ATOMIC`), `value` is leaked, with
+/// a line: what a provider may still use is never freed.
 #[inline]
 pub(crate) fn defer_drop<T: Send + 'static>(value: T, what: &str) {
     let run: unsafe extern "C" fn(*mut bindings::ib_deferred_drop) = run::<T>;
@@ -63,23 +62,18 @@ pub(crate) fn defer_drop<T: Send + 'static>(value: T, what: &str) {
         core::mem::forget(value);
         return;
     };
-    // INVARIANT: `run` is `run::<T>`, code of the module it is looked up in.
+    // INVARIANT: `run` is `run::<T>`.
     let d = KBox::into_raw(KBox::write(
         slot,
         Deferred {
             raw: Opaque::new(bindings::ib_deferred_drop {
                 run: Some(run),
-                mod_: super::module_of(run as *const c_void),
                 ..Default::default()
             }),
             value: ManuallyDrop::new(value),
         },
     ));
     // SAFETY: `d` is valid; its `raw` is set up as ib_defer_drop() asks, and
-    // handed over to it.
-    if !unsafe { bindings::ib_defer_drop(Opaque::cast_into(&raw const (*d).raw)) } {
-        pr_err!("RDMA: a {what} dropped while its module goes is leaked\n");
-        // SAFETY: Not queued: the box is still ours; the value is leaked.
-        drop(unsafe { KBox::from_raw(d) });
-    }
+    // handed over to it, which gives it back to `run` once.
+    unsafe { bindings::ib_defer_drop(Opaque::cast_into(&raw const (*d).raw)) };
 }

@@ -544,11 +544,12 @@ impl OwnedQp {
     /// Returns the QP to RESET, for reuse with [`OwnedQp::init`]. A queue
     /// with work requests not completed yet (its slots tell) is drained
     /// first: RESET discards work requests without completing them, and
-    /// their `Cqe` would wait forever.
+    /// their slots would wait forever. Refused as [`OwnedQp::drain_rq`]:
+    /// it may drain, and the provider may sleep.
     #[inline]
     pub fn reset(&mut self) -> Result {
+        Self::may_drain()?;
         if !self.idle() {
-            Self::may_drain()?;
             self.drain_outstanding();
         } else if matches!(self.state(), Ok(QpState::Reset)) {
             return Ok(());
