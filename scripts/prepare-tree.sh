@@ -59,7 +59,8 @@ done
 prev=$src/.overlay-patched
 if [ -f "$prev" ]; then
 	comm -23 "$prev" "$scratch/files" | while IFS= read -r f; do
-		if [ -f "$pristine/$f" ]; then ln -f "$pristine/$f" "$src/$f"; else rm -f "$src/$f"; fi
+		# A copy, not a link: its new mtime makes make rebuild what uses it.
+		if [ -f "$pristine/$f" ]; then cp --remove-destination "$pristine/$f" "$src/$f"; else rm -f "$src/$f"; fi
 	done
 fi
 while IFS= read -r f; do
@@ -76,7 +77,8 @@ cp "$scratch/files" "$prev"
 prevnew=$src/.overlay-files
 if [ -f "$prevnew" ]; then
 	comm -23 "$prevnew" "$scratch/new" | while IFS= read -r f; do
-		if [ -f "$pristine/$f" ]; then ln -f "$pristine/$f" "$src/$f"; else rm -f "$src/$f"; fi
+		# A copy, not a link: its new mtime makes make rebuild what uses it.
+		if [ -f "$pristine/$f" ]; then cp --remove-destination "$pristine/$f" "$src/$f"; else rm -f "$src/$f"; fi
 	done
 fi
 if [ -s "$scratch/new" ]; then
