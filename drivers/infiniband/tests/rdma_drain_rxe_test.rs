@@ -1112,12 +1112,11 @@ enum Lacks {
 fn with_rxe1_lacking<R>(lacks: Lacks, f: impl FnOnce() -> R) -> Result<R> {
     let dev = RegisteredDevice::get_by_netdev(c"dummy1")?;
     let raw: *mut bindings::ib_device = dev.as_raw();
-    // SAFETY: `dev` holds rxe1 registered, and these fields are written
-    // through the raw pointer, with no reference to the live device. Nothing
-    // else uses rxe1 while the suites run one case at a time: ib_core reads
-    // `kverbs_provider` when a client registers (none does meanwhile) and
-    // the rest when an SRQ is created, which only `f` does. Each is put
-    // back below.
+    // Nothing else uses rxe1 while the suites run one case at a time:
+    // ib_core reads `kverbs_provider` when a client registers (none does
+    // meanwhile) and the rest when an SRQ is created, which only `f` does.
+    // SAFETY: `dev` holds rxe1 registered; the fields are written through the
+    // raw pointer, with no reference to the live device, and put back below.
     let saved = unsafe {
         let saved = (
             bindings::ib_device::kverbs_provider_raw(raw),

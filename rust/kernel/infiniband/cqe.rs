@@ -323,11 +323,11 @@ impl<H: CompletionHandler> Cqe<H> {
     unsafe extern "C" fn done_callback(_cq: *mut bindings::ib_cq, wc: *mut bindings::ib_wc) {
         // SAFETY: The caller guarantees that `wc` is valid.
         let cqe = unsafe { (*wc).__bindgen_anon_1.wr_cqe };
-        // SAFETY: `cqe` is the `cqe` field of the `inner` of a live
-        // `Entry<H>`, which the completion's reference keeps; `inner` is its
-        // first field (`repr(C)`), and `Opaque<T>` a transparent wrapper of
-        // `T`.
         let entry =
+            // SAFETY: `cqe` is the `cqe` field of the `inner` of a live
+            // `Entry<H>`, which the completion's reference keeps; `inner` is
+            // its first field (`repr(C)`), and `Opaque<T>` a transparent
+            // wrapper of `T`.
             unsafe { &*container_of!(cqe, bindings::ib_counted_cqe, cqe).cast::<Entry<H>>() };
         // SAFETY: `WorkCompletion` is a transparent wrapper of `struct ib_wc`.
         entry.handler.done(unsafe { &*wc.cast::<WorkCompletion>() });
