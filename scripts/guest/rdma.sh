@@ -88,6 +88,12 @@ on_siw() {
 	siw0_delete || echo "rust-drain: siw0 could not be deleted"
 }
 
+# still_running PID: PID has not ended (a zombie has: `kill -0` would
+# still succeed on it).
+still_running() {
+	! pid_ends_within 0 "$1"
+}
+
 # pid_ends_within SECONDS PID: whether the child PID of this shell exits
 # (or is a zombie, not reaped yet) within SECONDS.
 pid_ends_within() {

@@ -13,65 +13,83 @@
 //!
 //! # What a caller observes
 //!
-//! Each behaviour a caller can observe, and the tests that fail when it
-//! changes:
+//! Each behaviour a caller can observe, one per item: the tests that fail
+//! when it changes (cases here unless named otherwise: suites of `make
+//! test`, or its host checks on the console), and the deliberate breakages
+//! of the project's `scripts/mutants/` that show they do ((d): on the debug
+//! kernel).
 //!
-//! - A provider's `drain_sq`/`drain_rq` op replaces the generic path:
-//!   `provider_drain_ops_replace_the_generic_path`.
-//! - The generic path moves the QP to the error state, then posts its marker: a
-//!   receive without SGEs, or a zero-length RDMA WRITE:
-//!   `rq_goes_to_error_then_posts_a_bare_marker`,
-//!   `sq_marker_is_a_zero_length_rdma_write`.
-//! - It returns only once the marker has completed:
-//!   `stuck_drain_on_a_softirq_cq_is_reported_once_and_waits`.
-//! - `ib_drain_qp()` drains the send queue, then the receive queue (even after
-//!   the send queue was refused), or takes the SRQ path:
-//!   `drain_qp_drains_sq_then_rq`,
+//! - A provider's `drain_sq`/`drain_rq` op replaces the generic path. Fails:
+//!   `provider_drain_ops_replace_the_generic_path`. Mutants: 04.
+//! - Error state, then the marker: a bare receive, or a zero-length RDMA WRITE.
+//!   Fails: `rq_goes_to_error_then_posts_a_bare_marker`,
+//!   `sq_marker_is_a_zero_length_rdma_write`. Mutants: 01, 02, 36.
+//! - Returns only once the marker has completed. Fails:
+//!   `stuck_drain_on_a_softirq_cq_is_reported_once_and_waits`. Mutants: 03.
+//! - `ib_drain_qp()`: send queue, then receive queue (even after the send queue
+//!   was refused) or the SRQ path. Fails: `drain_qp_drains_sq_then_rq`,
 //!   `drain_qp_drains_the_rq_after_the_sq_is_refused`,
-//!   `drain_qp_with_an_srq_takes_the_srq_path`.
-//! - `cq_drain_complete` fires once per drain, with the drained CQ, after either
-//!   path: `tracepoint_fires_once_per_drain_with_its_cq`,
-//!   `provider_drain_ops_replace_the_generic_path`.
-//! - The drain allocates no memory: `drain_allocates_nothing`.
-//! - A direct CQ is polled by the drainer: at once, then after sleeps that double
-//!   from 16 us to 16 ms (hundreds of polls in 5 s):
+//!   `drain_qp_with_an_srq_takes_the_srq_path`. Mutants: 07.
+//! - `cq_drain_complete` once per drain, with its CQ, after either path; none
+//!   where the QP has no such CQ. Fails:
+//!   `tracepoint_fires_once_per_drain_with_its_cq`,
+//!   `provider_drain_ops_replace_the_generic_path`,
+//!   `drain_sq_without_a_cq_is_refused_in_the_error_state`. Mutants: 04, 06.
+//! - No allocation. Fails: `drain_allocates_nothing`. Mutants: 37.
+//! - Direct CQ: polled within 1 ms of the post, then after sleeps from 16 us to
+//!   16 ms, in 100 ms slices after the line. Fails:
 //!   `direct_cq_is_polled_until_the_marker_is_reaped`,
-//!   `stuck_drain_is_reported_once_and_keeps_waiting`.
-//! - The SRQ path polls only after Last WQE Reached, and reaps the SRQ's own CQ
-//!   where it has one: `srq_path_polls_only_after_last_wqe_reached`,
-//!   `srq_path_reaps_the_srq_s_own_cq`.
-//! - A refusal (modify fails, post fails on either queue, CQ not from
-//!   `ib_alloc_cq()`, no CQ, `ib_drain_rq()` on a QP on an SRQ, the SRQ path's
-//!   own) moves the QP to the error state first where it can, WARNs at its site,
-//!   and does not wait: `failed_modify_warns_once_per_queue_and_posts_nothing`,
+//!   `stuck_drain_is_reported_once_and_keeps_waiting`. Mutants: 09, 16, 29, 44,
+//!   45.
+//! - SRQ path: polls only after Last WQE Reached (at most 60 s), at most the CQ's
+//!   capacity, on the SRQ's own CQ where it has one. Fails:
+//!   `srq_path_polls_only_after_last_wqe_reached`,
+//!   `srq_path_reaps_at_most_the_cq_s_capacity`,
+//!   `srq_path_reaps_the_srq_s_own_cq`, `rdma_drain_siw_srq_bound`. Mutants: 08,
+//!   31, 35, 46.
+//! - Refusals (modify fails, post fails on either queue, CQ not from
+//!   `ib_alloc_cq()`, no CQ on either queue, `ib_drain_rq()` on a QP on an SRQ,
+//!   the SRQ path's own): error state first where it can, a WARN each, no wait.
+//!   Fails: `failed_modify_warns_on_each_queue_and_posts_nothing`,
 //!   `failed_post_warns_and_does_not_wait_on_either_queue`,
 //!   `cq_not_from_ib_alloc_cq_is_refused_in_the_error_state`,
 //!   `drain_without_a_cq_is_refused_in_the_error_state`,
+//!   `drain_sq_without_a_cq_is_refused_in_the_error_state`,
 //!   `drain_rq_of_a_qp_on_an_srq_is_refused_in_the_error_state`,
-//!   `srq_path_failed_modify_is_a_site_of_its_own`,
-//!   `srq_path_refuses_a_cq_it_cannot_poll`.
-//! - Each refusal prints a line, through the kernel's rate limiter:
-//!   `a_burst_of_refusals_is_rate_limited` (the limiter's count); the lines
-//!   themselves are read from the console.
-//! - A QP in RESET or INIT goes to the error state where the provider allows it;
-//!   where it refuses RESET -> ERR, that is a failed modify:
-//!   `qps_in_reset_and_init_are_drained_as_the_provider_allows`.
-//! - A drain that waits 5 s says so once, naming device, QP, queue and CQ, while
-//!   it still waits, without a WARN; a direct one then polls in 100 ms slices:
+//!   `srq_path_failed_modify_warns_and_posts_nothing`,
+//!   `srq_path_refuses_a_cq_it_cannot_poll`, `rdma_drain_rxe_faults`. Mutants:
+//!   05, 15, 20, 34.
+//! - A site WARNs once, its text in the splat (one site shown: the receive
+//!   queue's failed modify; KUnit's suppression does not use up the once). Fails:
+//!   `rdma_drain_warn_once`. Mutants: 13.
+//! - A line per refusal, naming device, QP, queue, errno and reason, through the
+//!   kernel's rate limiter. Fails: host checks `refusals_reported` and
+//!   `refusal_lines_rate_limited` (1 to 10 lines of the burst),
+//!   `a_burst_of_refusals_is_rate_limited` (the limiter's count). Mutants: 12,
+//!   22, 43.
+//! - QPs in RESET (RESET -> ERR allowed, or refused as the core's table and rxe
+//!   do: a failed modify) and INIT. Fails:
+//!   `qps_in_reset_and_init_are_drained_as_the_provider_allows`. Mutants: 32.
+//! - As C's drain, side by side, in every case C survives, but for two
+//!   differences. Fails: `c_and_rust_drains_are_seen_alike`. Mutants: 01, 07, 20,
+//!   32.
+//! - A drain that waits 5 s says so once, while it waits, naming device, QP,
+//!   queue and CQ, without a WARN. Fails: host check `stuck_drain_reported` (the
+//!   line between the marks the stuck cases print, 5 to 8 s after the first),
 //!   `stuck_drain_is_reported_once_and_keeps_waiting`,
-//!   `stuck_drain_on_a_softirq_cq_is_reported_once_and_waits`.
-//! - A drain blocked past the hung-task timeout is reported by the detector
-//!   (`CONFIG_KASAN` kernels):
+//!   `stuck_drain_on_a_softirq_cq_is_reported_once_and_waits`. Mutants: 14, 21,
+//!   33.
+//! - The hung-task detector reports a drain blocked long (`CONFIG_KASAN`
+//!   kernels). Fails: `rdma_drain_hung_task_report`, host check
+//!   `hung_task_names_the_drain`;
 //!   `a_drain_blocked_for_long_is_seen_by_the_hung_task_detector` keeps one
-//!   blocked; the report is read from the console.
-//! - Each export calls `might_sleep()` (`CONFIG_DEBUG_ATOMIC_SLEEP`):
-//!   `a_drain_in_atomic_context_is_reported_by_each_export` calls each in
-//!   atomic context; the reports are read from the console.
+//!   blocked. Mutants: 39 (d).
+//! - `might_sleep()` on entry of each export (`CONFIG_DEBUG_ATOMIC_SLEEP`).
+//!   Fails: host check `might_sleep_names_the_drain`;
+//!   `a_drain_in_atomic_context_is_reported_by_each_export` calls each in atomic
+//!   context. Mutants: 38 (d).
 //!
-//! The console lines (their text, and when the stuck line appears) are
-//! checked by whoever reads the console; each test prints what it needs for
-//! that. That a site WARNs only once cannot be seen under KUnit's warning
-//! suppression, which does not use up the once.
+//! Each test prints what the console checks need.
 
 use core::ptr::null_mut;
 use core::sync::atomic::{
@@ -143,6 +161,8 @@ struct Fake {
     complete_after_ms: AtomicU32,
     /// `ktime_get()` at the first poll.
     first_poll_ns: AtomicI64,
+    /// `ktime_get()` at the last post.
+    posted_ns: AtomicI64,
     /// Polls more than 3 ms after the first.
     late_polls: AtomicU32,
     /// Polls more than 6 s after the first.
@@ -151,6 +171,11 @@ struct Fake {
     drain_sq_calls: AtomicU32,
     trace_hits: AtomicU32,
     trace_cq: AtomicPtr<bindings::ib_cq>,
+    /// Completions other than the marker that the CQ holds, each returned
+    /// with `backlog_cqe`, whose `done` counts them in `backlog_reaped`.
+    backlog: AtomicU32,
+    backlog_cqe: AtomicPtr<bindings::ib_cqe>,
+    backlog_reaped: AtomicU32,
 }
 
 static FAKE: Fake = Fake {
@@ -178,12 +203,16 @@ static FAKE: Fake = Fake {
     complete_on_poll: AtomicU32::new(0),
     complete_after_ms: AtomicU32::new(0),
     first_poll_ns: AtomicI64::new(0),
+    posted_ns: AtomicI64::new(0),
     late_polls: AtomicU32::new(0),
     stuck_polls: AtomicU32::new(0),
     drain_rq_calls: AtomicU32::new(0),
     drain_sq_calls: AtomicU32::new(0),
     trace_hits: AtomicU32::new(0),
     trace_cq: AtomicPtr::new(null_mut()),
+    backlog: AtomicU32::new(0),
+    backlog_cqe: AtomicPtr::new(null_mut()),
+    backlog_reaped: AtomicU32::new(0),
 };
 
 impl Fake {
@@ -206,9 +235,12 @@ impl Fake {
             &self.drain_rq_calls,
             &self.drain_sq_calls,
             &self.trace_hits,
+            &self.backlog,
+            &self.backlog_reaped,
         ] {
             a.store(0, SeqCst);
         }
+        self.backlog_cqe.store(null_mut(), SeqCst);
         self.modify_ret.store(0, SeqCst);
         self.qp_state
             .store(bindings::ib_qp_state_IB_QPS_RTS, SeqCst);
@@ -223,6 +255,7 @@ impl Fake {
         self.trace_cq.store(null_mut(), SeqCst);
         self.polled_cq.store(null_mut(), SeqCst);
         self.first_poll_ns.store(0, SeqCst);
+        self.posted_ns.store(0, SeqCst);
     }
 
     fn tick(&self) -> u32 {
@@ -339,6 +372,9 @@ unsafe fn record_post(
     FAKE.posted_has_next.store(has_next, SeqCst);
     FAKE.posted_cqe.store(cqe, SeqCst);
     FAKE.posted_cq.store(cq, SeqCst);
+    // SAFETY: Reads the clock; no preconditions.
+    let now = unsafe { bindings::ktime_get() };
+    FAKE.posted_ns.store(now, SeqCst);
     if ret == 0 && FAKE.complete_on_post.load(SeqCst) {
         // SAFETY: The caller guarantees a valid CQ; `cqe` is the marker.
         unsafe { complete(cq, cqe) };
@@ -401,6 +437,24 @@ unsafe extern "C" fn fake_poll_cq(
     if now - first > 6_000_000_000 {
         FAKE.stuck_polls.fetch_add(1, SeqCst);
     }
+    let backlog = FAKE.backlog.load(SeqCst);
+    let backlog_cqe = FAKE.backlog_cqe.load(SeqCst);
+    if backlog > 0 && num_entries > 0 && !backlog_cqe.is_null() {
+        let n = backlog.min(num_entries.unsigned_abs());
+        for i in 0..n as usize {
+            // SAFETY: The core passes room for `num_entries` completions.
+            unsafe {
+                *wc.add(i) = bindings::ib_wc {
+                    status: bindings::ib_wc_status_IB_WC_WR_FLUSH_ERR,
+                    ..Default::default()
+                };
+                (*wc.add(i)).__bindgen_anon_1.wr_cqe = backlog_cqe;
+            }
+        }
+        FAKE.backlog.fetch_sub(n, SeqCst);
+        // CAST: At most `num_entries`.
+        return n as i32;
+    }
     let at = FAKE.complete_on_poll.load(SeqCst);
     let not_before = first + i64::from(FAKE.complete_after_ms.load(SeqCst)) * 1_000_000;
     let cqe = FAKE.posted_cqe.swap(null_mut(), SeqCst);
@@ -422,6 +476,15 @@ unsafe extern "C" fn fake_poll_cq(
         pr_info!("{STUCK_MARKER_DONE}\n");
     }
     1
+}
+
+/// The `done` of the backlog's completions: counts them.
+///
+/// # Safety
+///
+/// Called by the RDMA core's poller with valid arguments.
+unsafe extern "C" fn backlog_done(_cq: *mut bindings::ib_cq, _wc: *mut bindings::ib_wc) {
+    FAKE.backlog_reaped.fetch_add(1, SeqCst);
 }
 
 /// Printed right before a stuck drain begins, and when its marker is
@@ -600,10 +663,16 @@ impl Setup {
         s.dev.ops.post_send = Some(fake_post_send);
         s.dev.ops.poll_cq = Some(fake_poll_cq);
         let dev: *mut bindings::ib_device = &mut *s.dev;
-        for (cq, ctx) in [
-            (&mut s.send_cq, bindings::ib_poll_context_IB_POLL_SOFTIRQ),
-            (&mut s.recv_cq, recv_ctx),
+        // Distinct restrack ids: the stuck line must name the drained CQ.
+        for (cq, ctx, id) in [
+            (
+                &mut s.send_cq,
+                bindings::ib_poll_context_IB_POLL_SOFTIRQ,
+                SEND_CQ_ID,
+            ),
+            (&mut s.recv_cq, recv_ctx, RECV_CQ_ID),
         ] {
+            cq.res.id = id;
             cq.device = dev;
             cq.poll_ctx = ctx;
             cq.cqe = 4;
@@ -651,6 +720,11 @@ impl Setup {
 
 /// The fake device's name, in the reports of a long drain.
 const FAKE_NAME: &CStr = c"fake0";
+
+/// The fake CQs' restrack ids, in the reports of a long drain
+/// (`scripts/run-tests.sh` reads the receive CQ's).
+const SEND_CQ_ID: u32 = 7;
+const RECV_CQ_ID: u32 = 9;
 
 const SOFTIRQ: bindings::ib_poll_context = bindings::ib_poll_context_IB_POLL_SOFTIRQ;
 const DIRECT: bindings::ib_poll_context = bindings::ib_poll_context_IB_POLL_DIRECT;
@@ -709,6 +783,8 @@ mod tests {
         let mut s = Setup::new(SOFTIRQ)?;
         // SAFETY: A valid fake QP; nothing else posts.
         unsafe { bindings::ib_drain_sq(s.qp()) };
+        assert_eq!(FAKE.modify_calls.load(SeqCst), 1);
+        assert_eq!(s.state()?, QpState::Err);
         assert!(FAKE.modify_seq.load(SeqCst) < FAKE.post_send_seq.load(SeqCst));
         assert_eq!(
             FAKE.posted_opcode.load(SeqCst),
@@ -870,6 +946,31 @@ mod srq_tests {
         assert!(first_poll > event_seq);
         Ok(())
     }
+
+    /// After Last WQE Reached the SRQ path reaps at most the CQ's capacity
+    /// (`cq->cqe`, 4 here), as C's: more is left to the CQ's own poller.
+    #[test]
+    fn srq_path_reaps_at_most_the_cq_s_capacity() -> Result {
+        let mut s = Setup::new(SOFTIRQ)?;
+        s.qp.srq = &mut *s.srq;
+        // SAFETY: The fake QP's completion, initialized by `Setup`: the
+        // event came before the drain.
+        unsafe { bindings::complete(&mut s.qp.srq_completion) };
+        let mut cqe = KBox::new(
+            bindings::ib_cqe {
+                done: Some(backlog_done),
+            },
+            GFP_KERNEL,
+        )?;
+        FAKE.backlog_cqe.store(&mut *cqe, SeqCst);
+        FAKE.backlog.store(10, SeqCst);
+        // SAFETY: A valid fake QP; nothing else posts or polls.
+        unsafe { bindings::ib_drain_qp(s.qp()) };
+        FAKE.backlog_cqe.store(null_mut(), SeqCst);
+        assert_eq!(FAKE.backlog_reaped.load(SeqCst), 4);
+        assert_eq!(FAKE.backlog.load(SeqCst), 6);
+        Ok(())
+    }
 }
 
 /// Faults of the provider or the caller, each with its documented outcome:
@@ -890,7 +991,7 @@ mod fault_tests {
     /// `WARN_ONCE()` in each queue's drain), posts nothing, and leaves the
     /// QP as it was.
     #[test]
-    fn failed_modify_warns_once_per_queue_and_posts_nothing() -> Result {
+    fn failed_modify_warns_on_each_queue_and_posts_nothing() -> Result {
         let mut s = Setup::new(SOFTIRQ)?;
         FAKE.modify_ret.store(-(bindings::EINVAL as i32), SeqCst);
         let qp = s.qp();
@@ -992,6 +1093,9 @@ mod fault_tests {
         // Let the limiter's interval end: the refusal after it starts a new
         // one, which the burst then fits in.
         kernel::time::delay::fsleep(kernel::time::Delta::from_millis(5_100));
+        // `make test` counts the refusal lines between the two marks: at
+        // most the limiter's burst (10), and at least the first.
+        pr_info!("refusal burst begins\n");
         // SAFETY: A valid fake QP; nothing else posts.
         let mut warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
         let before = missed();
@@ -1001,6 +1105,7 @@ mod fault_tests {
             warns = warns.zip(w).map(|(a, b)| a + b);
         }
         let after = missed();
+        pr_info!("refusal burst ends\n");
         pr_info!("refusal burst: {} of 40 lines suppressed\n", after - before);
         assert_eq!(warns, Some(41));
         assert!(after - before >= 30);
@@ -1031,10 +1136,13 @@ mod fault_tests {
         let late = FAKE.late_polls.load(SeqCst);
         let early = FAKE.polls.load(SeqCst) - late;
         let stuck = FAKE.stuck_polls.load(SeqCst);
+        let first_us = (FAKE.first_poll_ns.load(SeqCst) - FAKE.posted_ns.load(SeqCst)) / 1_000;
         pr_info!(
-            "stuck direct drain: {early} polls in its first 3 ms, {late} after, {stuck} after 6 s\n"
+            "stuck direct drain: first poll {first_us} us after the post, {early} polls in its first 3 ms, {late} after, {stuck} after 6 s\n"
         );
-        assert!(early <= 20);
+        // Polled at once, then after short sleeps (16 ms ones at once: 1).
+        assert!(first_us < 1_000);
+        assert!((4..=20).contains(&early));
         assert!((150..=2_000).contains(&late));
         assert!((20..=80).contains(&stuck));
         assert!(FAKE.posted_cqe.load(SeqCst).is_null());
@@ -1081,11 +1189,31 @@ mod fault_tests {
         Ok(())
     }
 
+    #[test]
+    fn drain_sq_without_a_cq_is_refused_in_the_error_state() -> Result {
+        let mut s = Setup::new(SOFTIRQ)?;
+        s.qp.send_cq = null_mut();
+        let qp = s.qp();
+        let mut warns = None;
+        with_trace_probe(|| {
+            // SAFETY: A valid fake QP; nothing else posts.
+            warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_sq(qp) });
+        })?;
+        // One WARN, one modify (to ERR), no post, and no tracepoint (C's
+        // passes it the NULL CQ, which the event dereferences).
+        assert_eq!(warns, Some(1));
+        assert_eq!(FAKE.trace_hits.load(SeqCst), 0);
+        assert_eq!(FAKE.modify_calls.load(SeqCst), 1);
+        assert_eq!(FAKE.post_send_calls.load(SeqCst), 0);
+        assert_eq!(s.state()?, QpState::Err);
+        Ok(())
+    }
+
     /// The SRQ path's failed modify is a site of its own (C's "failed to
     /// drain shared recv queue"): `ib_drain_qp()` WARNs twice, for the send
     /// queue and for it, and posts nothing.
     #[test]
-    fn srq_path_failed_modify_is_a_site_of_its_own() -> Result {
+    fn srq_path_failed_modify_warns_and_posts_nothing() -> Result {
         let mut s = Setup::new(SOFTIRQ)?;
         s.qp.srq = &mut *s.srq;
         FAKE.modify_ret.store(-(bindings::EINVAL as i32), SeqCst);
@@ -1144,9 +1272,14 @@ mod fault_tests {
 /// side by side: in every case that C survives, each export of each drain
 /// runs on a fake QP prepared the same way, and a caller sees the same
 /// ([`Seen`]: WARNs, the QP's state, modifies, markers posted, polls,
-/// tracepoint hits), but for one difference on purpose: on a QP whose
+/// tracepoint hits), but for two differences on purpose: on a QP whose
 /// receives come from an SRQ, C's `ib_drain_rq()` posts a marker that the
-/// provider refuses, where Rust's posts none. Both return in each case.
+/// provider refuses, where Rust's posts none; and C's SRQ path polls a CQ
+/// not from `ib_alloc_cq()` without a WARN (it calls whatever a completion's
+/// `wr_id` holds: here there is none), where Rust's refuses it with one.
+/// Both return in each case. (Nor does Rust pass a NULL CQ to the
+/// tracepoint, as C does where a QP has none: not run, as C's tracepoint
+/// then dereferences it.)
 /// Not compared here, the other differences on purpose: the WARNs' texts
 /// (0010) and the line each refusal prints (0015), which C does not; the
 /// console shows them. (A CQ not from `ib_alloc_cq()` hangs C, and so does
@@ -1192,7 +1325,7 @@ mod c_reference_tests {
 
     const ALL: u8 = 0b111;
 
-    const CASES: [Case; 10] = [
+    const CASES: [Case; 11] = [
         ("no fault", SOFTIRQ, |_| {}, ALL),
         (
             "modify fails",
@@ -1244,8 +1377,20 @@ mod c_reference_tests {
             },
             ALL,
         ),
-        // C's `ib_drain_rq()` fires its tracepoint with a NULL CQ: the
-        // SRQ path's drain only.
+        // C's SRQ path polls a CQ not from `ib_alloc_cq()` (and calls
+        // whatever its completions' `wr_id` holds): here it is empty, and
+        // C returns silently where Rust refuses it with a WARN.
+        (
+            "QP on an SRQ, its CQ not from ib_alloc_cq()",
+            SOFTIRQ,
+            |s| {
+                on_srq(s);
+                s.recv_cq.from_ib_alloc_cq = false;
+            },
+            0b100,
+        ),
+        // C's `ib_drain_rq()` fires its tracepoint with a NULL CQ, which the
+        // event dereferences: the SRQ path's drain only.
         (
             "QP on an SRQ, no CQ",
             SOFTIRQ,
@@ -1312,11 +1457,24 @@ mod c_reference_tests {
                 let c = run(case, which, true)?;
                 let rust = run(case, which, false)?;
                 pr_info!("{}, {export}: C {c:?}, Rust {rust:?}\n", case.0);
-                // The one difference: no marker on a QP on an SRQ.
-                let expected = if case.0 == "QP on an SRQ" && which == 1 {
-                    Seen { recv_posts: 0, ..c }
-                } else {
-                    c
+                let expected = match (case.0, which) {
+                    // C's drain, not Rust's, ran: it posts the marker that
+                    // the provider refuses.
+                    ("QP on an SRQ", 1) => {
+                        assert_eq!((c.recv_posts, c.warns), (1, Some(1)));
+                        Seen { recv_posts: 0, ..c }
+                    }
+                    // C polls the CQ it cannot poll safely (once: it is
+                    // empty), without a WARN.
+                    ("QP on an SRQ, its CQ not from ib_alloc_cq()", _) => {
+                        assert!(c.warns == Some(0) && c.polls >= 1);
+                        Seen {
+                            warns: Some(1),
+                            polls: c.polls - 1,
+                            ..c
+                        }
+                    }
+                    _ => c,
                 };
                 assert_eq!(rust, expected);
             }

@@ -8,7 +8,7 @@ check insmod_rdma_device_hold insmod "$(find /lib/modules/*/updates -name rdma_d
 rdma link delete rxe0 &
 del=$!
 sleep 2
-check delete_waits_while_held kill -0 "$del"
+check delete_waits_while_held still_running "$del"
 check rmmod_rdma_device_hold rmmod rdma_device_hold
 # Bounded: a delete still waiting after 120 s fails here, with what holds
 # rxe0, rather than stopping the whole run at the boot timeout. (In this
@@ -28,7 +28,7 @@ check insmod_gid_only insmod "$(find /lib/modules/*/updates -name rdma_device_ho
 rdma link delete rxe0 &
 del=$!
 sleep 2
-check delete_waits_while_a_gid_is_held kill -0 "$del"
+check delete_waits_while_a_gid_is_held still_running "$del"
 check rmmod_gid_holder rmmod rdma_device_hold
 delete_rc=1
 pid_ends_within 120 "$del" && { wait "$del"; delete_rc=$?; }

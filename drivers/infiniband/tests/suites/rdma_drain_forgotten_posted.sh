@@ -45,7 +45,7 @@ check qp_set_error_again test "$flushed" -ge 1
 ins_rc=0
 pid_ends_within 10 "$ins_pid" && { wait "$ins_pid"; ins_rc=$?; }
 check failed_init_ends_after_the_flush test "$ins_rc" != 0
-# Every leaked receive ran its handler before its module was freed.
-check its_handler_ran_first sh -c "test \$(dmesg | grep -c 'rdma_drain_forget: handler ran: FlushError') = \$(dmesg | grep -c 'rdma_drain_forget: forgetting QP .* with a receive posted')"
+# Every leaked receive (at least one) ran its handler, flushed.
+check its_handler_ran_first sh -c "f=\$(dmesg | grep -c 'rdma_drain_forget: forgetting QP .* with a receive posted'); test \$f -ge 1 && test \$(dmesg | grep -c 'rdma_drain_forget: handler ran: FlushError') = \$f"
 check rmmod_rdma_qp_set_error rmmod rdma_qp_set_error
 ktap_end rdma_drain_forgotten_posted
