@@ -74,6 +74,11 @@ impl WorkCompletion {
             other => WcStatus::Other(other),
         }
     }
+
+    /// Returns the number of bytes a receive got (`byte_len`).
+    pub fn byte_len(&self) -> u32 {
+        self.0.byte_len
+    }
 }
 
 /// What to do when a work request's completion is reaped.

@@ -96,6 +96,7 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
+mod buffer;
 mod concurrent;
 mod cq;
 mod cqe;
@@ -107,6 +108,7 @@ mod qp;
 mod slots;
 mod srq;
 
+pub use buffer::DmaBuf;
 pub use concurrent::drain_rq_concurrently;
 pub use cq::{Cq, OwnedCq, PollContext};
 pub use cqe::{CompletionHandler, Cqe, WcStatus, WorkCompletion};

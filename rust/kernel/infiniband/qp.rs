@@ -6,8 +6,13 @@
 //!
 //! C header: [`include/rdma/ib_verbs.h`](srctree/include/rdma/ib_verbs.h)
 
-use super::{slots::WrSlots, CompletionHandler, Cq, Cqe, Device};
+use super::{
+    buffer::{Buf, DmaBuf},
+    slots::WrSlots,
+    CompletionHandler, Cq, Cqe, Device,
+};
 use crate::{bindings, error::to_result, prelude::*, types::Opaque};
+use core::ptr::NonNull;
 
 /// A queue pair's state (`enum ib_qp_state`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -453,7 +458,7 @@ impl RecvQueue<'_> {
     /// receives as its depth.
     pub fn post<H: CompletionHandler>(&mut self, cqe: &Cqe<H>) -> Result {
         let mut wr = bindings::ib_recv_wr::default();
-        let wr_cqe = take_slot(self.slots, cqe)?;
+        let wr_cqe = take_slot(self.slots, cqe, None)?;
         wr.__bindgen_anon_1.wr_cqe = wr_cqe;
         // SAFETY: The QP and `wr` are valid. The entry of `cqe` is kept until
         // the completion returns, by the reference `count_post()` took; a slot
@@ -467,17 +472,44 @@ impl RecvQueue<'_> {
         }
         ret
     }
+
+    /// Posts a receive work request into `buf`, whose completion runs
+    /// `cqe`'s handler; [`WorkCompletion::byte_len`] is what arrived.
+    ///
+    /// The work request holds `buf` until its completion, given back before
+    /// the handler runs. Fails with `EINVAL` if `buf` is mapped for another
+    /// device, or the queue is not an [`OwnedQp`](super::OwnedQp)'s; with
+    /// `EBUSY` while the queue holds as many receives as its depth.
+    ///
+    /// [`WorkCompletion::byte_len`]: super::WorkCompletion::byte_len
+    pub fn post_buf<H: CompletionHandler>(&mut self, cqe: &Cqe<H>, buf: &DmaBuf) -> Result {
+        let (wr_cqe, mut sge) = take_buf_slot(self.qp, self.slots, cqe, buf, buf.len())?;
+        let mut wr = bindings::ib_recv_wr::default();
+        wr.__bindgen_anon_1.wr_cqe = wr_cqe;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        // SAFETY: As for `post`; the buffer stays mapped until the completion
+        // returns, by the reference its slot holds.
+        let ret = to_result(unsafe {
+            bindings::ib_post_recv(self.qp.as_raw(), &wr, core::ptr::null_mut())
+        });
+        if ret.is_err() {
+            put_unposted(self.slots, cqe, wr_cqe);
+        }
+        ret
+    }
 }
 
 /// Counts a work request posted with `cqe` and, on a bounded queue, takes a
-/// slot for it; returns the `ib_cqe` to post.
+/// slot for it, holding `buf`; returns the `ib_cqe` to post.
 fn take_slot<H: CompletionHandler>(
     slots: Option<&WrSlots>,
     cqe: &Cqe<H>,
+    buf: Option<NonNull<Buf>>,
 ) -> Result<*mut bindings::ib_cqe> {
     // A slot bounds the queue.
     let target = cqe.count_post(usize::MAX)?;
-    match slots.map(|s| s.take(target)) {
+    match slots.map(|s| s.take(target, buf)) {
         None => Ok(target),
         Some(Ok(slot)) => Ok(slot),
         Some(Err(e)) => {
@@ -485,6 +517,38 @@ fn take_slot<H: CompletionHandler>(
             Err(e)
         }
     }
+}
+
+/// Takes a slot of a bounded queue for a work request of `len` bytes of
+/// `buf`: returns the `ib_cqe` and the scatter/gather entry to post.
+fn take_buf_slot<H: CompletionHandler>(
+    qp: &Qp,
+    slots: Option<&WrSlots>,
+    cqe: &Cqe<H>,
+    buf: &DmaBuf,
+    len: usize,
+) -> Result<(*mut bindings::ib_cqe, bindings::ib_sge)> {
+    // A buffer's reference travels in a slot.
+    let slots = slots.ok_or(EINVAL)?;
+    let b = buf.get_for(qp.device().as_raw(), len)?;
+    let wr_cqe = match take_slot(Some(slots), cqe, Some(b)) {
+        Ok(c) => c,
+        Err(e) => {
+            // SAFETY: The reference just taken, for a slot not taken.
+            unsafe { Buf::put(b) };
+            return Err(e);
+        }
+    };
+    let sge = bindings::ib_sge {
+        // SAFETY: The buffer lives: `buf` borrows it.
+        addr: unsafe { b.as_ref() }.dma(),
+        // CAST: `get_for` checked that `len` fits the buffer, whose length
+        // fits in a `u32` (`DmaBuf::alloc`).
+        length: len as u32,
+        // SAFETY: The QP and its PD are valid.
+        lkey: unsafe { (*(*qp.as_raw()).pd).local_dma_lkey },
+    };
+    Ok((wr_cqe, sge))
 }
 
 /// Undoes [`take_slot`] for a work request that was not posted.
@@ -506,11 +570,42 @@ impl SendQueue<'_> {
     /// sends as its depth.
     pub fn post_send<H: CompletionHandler>(&mut self, cqe: &Cqe<H>) -> Result {
         let mut wr = bindings::ib_send_wr::default();
-        let wr_cqe = take_slot(self.slots, cqe)?;
+        let wr_cqe = take_slot(self.slots, cqe, None)?;
         wr.__bindgen_anon_1.wr_cqe = wr_cqe;
         wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
         wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED;
         // SAFETY: As for `RecvQueue::post`, for the send queue.
+        let ret = to_result(unsafe {
+            bindings::ib_post_send(self.qp.as_raw(), &wr, core::ptr::null_mut())
+        });
+        if ret.is_err() {
+            put_unposted(self.slots, cqe, wr_cqe);
+        }
+        ret
+    }
+
+    /// Posts a signaled SEND of the first `len` bytes of `buf`, whose
+    /// completion runs `cqe`'s handler.
+    ///
+    /// The work request holds `buf` until its completion, given back before
+    /// the handler runs. Fails with `EINVAL` if `buf` is mapped for another
+    /// device, is shorter than `len`, or the queue is not an
+    /// [`OwnedQp`](super::OwnedQp)'s; with `EBUSY` while the queue holds as
+    /// many sends as its depth.
+    pub fn post_send_buf<H: CompletionHandler>(
+        &mut self,
+        cqe: &Cqe<H>,
+        buf: &DmaBuf,
+        len: usize,
+    ) -> Result {
+        let (wr_cqe, mut sge) = take_buf_slot(self.qp, self.slots, cqe, buf, len)?;
+        let mut wr = bindings::ib_send_wr::default();
+        wr.__bindgen_anon_1.wr_cqe = wr_cqe;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.opcode = bindings::ib_wr_opcode_IB_WR_SEND;
+        wr.send_flags = bindings::ib_send_flags_IB_SEND_SIGNALED;
+        // SAFETY: As for `RecvQueue::post_buf`, for the send queue.
         let ret = to_result(unsafe {
             bindings::ib_post_send(self.qp.as_raw(), &wr, core::ptr::null_mut())
         });

@@ -10,6 +10,7 @@
 //! both. (A full CQ drops completions, the marker's too, and the drain could
 //! never finish.)
 
+use super::buffer::Buf;
 use crate::{
     bindings, container_of,
     prelude::*,
@@ -17,18 +18,21 @@ use crate::{
     time::{delay::fsleep, Delta},
     types::Opaque,
 };
-use core::ptr::null_mut;
+use core::ptr::{null_mut, NonNull};
 
 /// The trampoline of one posted work request.
 ///
 /// # Invariants
 ///
 /// `cqe.done` is [`Slot::forward`]; once [`WrSlots::new`] returned, `owner`
-/// points to the [`WrSlots`] that holds this slot.
+/// points to the [`WrSlots`] that holds this slot. `buf` is null, or holds
+/// a reference to a live [`Buf`] while `target` is not null.
 struct Slot {
     cqe: Opaque<bindings::ib_cqe>,
     /// The caller's `ib_cqe` while a work request uses the slot, else null.
     target: Atomic<*mut bindings::ib_cqe>,
+    /// The buffer the work request holds a reference to, if any.
+    buf: Atomic<*mut Buf>,
     owner: Atomic<*mut WrSlots>,
 }
 
@@ -59,6 +63,14 @@ impl Slot {
         let slot = unsafe { &*container_of!(cqe.cast::<Opaque<bindings::ib_cqe>>(), Slot, cqe) };
         let target = slot.target.load(Acquire);
         let owner = slot.owner.load(Relaxed);
+        let buf = slot.buf.load(Relaxed);
+        slot.buf.store(null_mut(), Relaxed);
+        // The device is done with the buffer: give it back before the
+        // handler runs, so that what the handler signals may use it.
+        if let Some(buf) = NonNull::new(buf) {
+            // SAFETY: The work request's reference, given back once.
+            unsafe { Buf::put(buf) };
+        }
         // The slot is free again, for a handler that posts again too; the
         // completion is still counted in `in_use` until it has returned.
         slot.target.store(null_mut(), Release);
@@ -119,6 +131,7 @@ impl WrSlots {
                         done: Some(Slot::forward),
                     }),
                     target: Atomic::new(null_mut()),
+                    buf: Atomic::new(null_mut()),
                     owner: Atomic::new(null_mut()),
                 },
                 GFP_KERNEL,
@@ -134,15 +147,22 @@ impl WrSlots {
         Ok(this)
     }
 
-    /// Takes a free slot for a work request posted with `target`; returns the
-    /// `ib_cqe` to post instead, or `EBUSY` if the queue is full.
-    pub(crate) fn take(&self, target: *mut bindings::ib_cqe) -> Result<*mut bindings::ib_cqe> {
+    /// Takes a free slot for a work request posted with `target`, holding a
+    /// reference to `buf`, if any, which its completion gives back; returns
+    /// the `ib_cqe` to post instead, or `EBUSY` if the queue is full.
+    pub(crate) fn take(
+        &self,
+        target: *mut bindings::ib_cqe,
+        buf: Option<NonNull<Buf>>,
+    ) -> Result<*mut bindings::ib_cqe> {
         let n = self.slots.len();
         let start = self.next.load(Relaxed);
         for i in 0..n {
             let k = (start + i) % n;
             let slot = &self.slots[k];
             if slot.target.cmpxchg(null_mut(), target, Acquire).is_ok() {
+                let buf = buf.map_or(null_mut(), NonNull::as_ptr);
+                slot.buf.store(buf, Relaxed);
                 // INVARIANT: Counted as soon as taken.
                 self.in_use.add(1, Relaxed);
                 self.next.store(k + 1, Relaxed);
@@ -161,6 +181,11 @@ impl WrSlots {
     /// Frees the slot of a work request that was not posted.
     pub(crate) fn put_unposted(&self, cqe: *mut bindings::ib_cqe) {
         if let Some(slot) = self.slots.iter().find(|s| s.raw_cqe() == cqe) {
+            if let Some(buf) = NonNull::new(slot.buf.load(Relaxed)) {
+                slot.buf.store(null_mut(), Relaxed);
+                // SAFETY: The reference of a work request never posted.
+                unsafe { Buf::put(buf) };
+            }
             slot.target.store(null_mut(), Release);
             // INVARIANT: Uncounted as it is freed.
             self.in_use.fetch_sub(1, Release);
