@@ -15,6 +15,7 @@
 #   make bench-profile  the direct-CQ drain step by step under ftrace
 #   make bench-steps  Rust's and C's softirq drain step by step under ftrace
 #   make bench-ulp  in-tree ULPs' teardown cycles over the Rust and the C drain
+#   make bench-api  the Rust ping-pong sample against its C verbs reference
 #   make bench-inline  make bench, built with LLVM 22 and CONFIG_RUST_INLINE_HELPERS
 #   make kunit   the drain's unit suites through the tree's kunit.py, on the
 #                drain series alone
@@ -32,7 +33,7 @@ SHELL := /bin/bash
 CACHE ?= $(or $(RDMA_RUST_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/rdma-rust-drain)
 export RDMA_RUST_CACHE := $(CACHE)
 
-.PHONY: all demo test test-debug test-2host repro-upstream build bench bench-profile bench-steps bench-ulp bench-inline kunit patches patches-check mutants lint clean
+.PHONY: all demo test test-debug test-2host repro-upstream build bench bench-profile bench-steps bench-ulp bench-api bench-inline kunit patches patches-check mutants lint clean
 
 all: demo
 
@@ -93,6 +94,9 @@ bench-steps:
 
 bench-ulp:
 	@scripts/bench-ulp.sh
+
+bench-api:
+	@scripts/bench-api.sh
 
 bench-inline:
 	@RDMA_RUST_LLVM=22 BENCH_FLAVOUR=bench-inline scripts/bench.sh

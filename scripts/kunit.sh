@@ -15,7 +15,7 @@
 "$TOP/scripts/fetch-kernel.sh"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-(cd "$TOP" && cp -a Kbuild rust drivers patches "$stage/")
+(cd "$TOP" && cp -a Kbuild rust drivers samples patches "$stage/")
 rm -f "$stage"/patches/01*.patch
 # shellcheck disable=SC2013 # words: a line of new-files gives several paths
 for path in $(sed -n 's/^01[^:]*: //p' "$TOP/patches/new-files"); do

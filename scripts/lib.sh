@@ -128,7 +128,7 @@ apply_series_hunks() {
 
 # Hash of everything in the repo that goes into the kernel tree.
 overlay_hash() { # overlay_hash [DIR]: of the project's overlay, or of DIR
-	(cd "${1:-$TOP}" && { find rust drivers patches -type f 2>/dev/null || true; } |
+	(cd "${1:-$TOP}" && { find rust drivers samples patches -type f 2>/dev/null || true; } |
 		LC_ALL=C sort | xargs sha256sum) | sha256sum | cut -c1-16
 }
 

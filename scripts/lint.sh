@@ -57,7 +57,7 @@ done_step
 # applies (the code it breaks has moved) would be reported only there.
 step "lint: every mutant applies"
 tmp=$(mktemp -d)
-(cd "$TOP" && cp -a Kbuild rust drivers patches "$tmp/")
+(cd "$TOP" && cp -a Kbuild rust drivers samples patches "$tmp/")
 for m in "$TOP"/scripts/mutants/*.patch; do
 	(cd "$tmp" && git apply --check "$m") 2>/dev/null ||
 		{ echo "$(basename "$m") does not apply: regenerate it"; rc=1; }

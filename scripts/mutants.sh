@@ -42,7 +42,7 @@ for m in "${chosen[@]}"; do
 	start=$(date +%s)
 	rm -rf "$stage"
 	mkdir -p "$stage"
-	(cd "$TOP" && cp -a Kbuild rust drivers patches "$stage/")
+	(cd "$TOP" && cp -a Kbuild rust drivers samples patches "$stage/")
 	if ! (cd "$stage" && git apply "$TOP/scripts/mutants/$m") 2>"$CACHE/logs/mutant-apply.log"; then
 		echo "| ${m%.patch}: $what | NOT APPLIED (update the mutant) | 0 |" >>"$table"
 		rc=1

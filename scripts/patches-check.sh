@@ -35,7 +35,7 @@ for name in "${series[@]}"; do
 	run_logged "$log" "${K[@]}" olddefconfig all ||
 		die patches-check "$log" "the tree does not build after $name"
 	# Warnings in the series' own files (Rust and C) fail the check too.
-	files=$(cd "$stage" && find rust drivers -type f 2>/dev/null; sed -n 's|^+++ b/||p' patches/*.patch)
+	files=$(cd "$stage" && find rust drivers samples -type f 2>/dev/null; sed -n 's|^+++ b/||p' patches/*.patch)
 	for f in $files; do
 		if grep -E -A4 '^warning|: warning:' "$log" | grep -qF "$f"; then
 			die patches-check "$log" "$name: a compiler warning in $f"

@@ -73,7 +73,7 @@ cp "$scratch/files" "$prev"
 
 # 2. New files at their kernel paths (checksums, so mtimes move only on change).
 # (A staged prefix of the series may have no drivers/ yet.)
-(cd "$OVERLAY" && { find rust drivers -type f 2>/dev/null || true; } | LC_ALL=C sort) >"$scratch/new"
+(cd "$OVERLAY" && { find rust drivers samples -type f 2>/dev/null || true; } | LC_ALL=C sort) >"$scratch/new"
 prevnew=$src/.overlay-files
 if [ -f "$prevnew" ]; then
 	comm -23 "$prevnew" "$scratch/new" | while IFS= read -r f; do

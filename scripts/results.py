@@ -75,6 +75,7 @@ CATEGORIES = [
     ("two hosts", ["twohost_initiator", "twohost_target_killed", "twohost_link_cut",
                    "twohost_delete_unreachable", "twohost_target"]),
     ("benchmark smoke", ["rdma_drain_bench_smoke"]),
+    ("first user of the API", ["rdma_pingpong"]),
     ("upstream fixes", ["rdma_cq_free_race", "rdma_rxe_late_err"]),
     ("host checks", ["host_checks"]),
 ]
