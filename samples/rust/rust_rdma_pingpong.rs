@@ -15,7 +15,8 @@
 //! if a byte or a completion was wrong:
 //!
 //! ```text
-//! rust_rdma_pingpong: send 64 B x 1000: 128000 bytes verified, 0 wrong; 41234 ns per round trip, 3104 KB/s
+//! rust_rdma_pingpong: send 64 B x 1000: 128000 bytes verified, 0 wrong
+//! rust_rdma_pingpong: send 64 B x 1000: 41234 ns per round trip, 3104 KB/s
 //! ```
 
 use kernel::{
@@ -96,8 +97,26 @@ fn pattern(round: u32, i: usize) -> u8 {
     (round as usize).wrapping_mul(31).wrapping_add(i) as u8
 }
 
-/// Bounces messages between `a` and `b`; returns the bytes verified, the
-/// bytes that were wrong, and the time spent posting and polling.
+/// Fills the first `size` bytes of `buf` with what round `round` must not
+/// find there, so that a receive that wrote nothing is seen.
+fn poison(buf: &mut DmaBuf, round: u32, size: usize) -> Result {
+    for (i, byte) in buf.as_mut_slice()?[..size].iter_mut().enumerate() {
+        *byte = !pattern(round, i);
+    }
+    Ok(())
+}
+
+/// The bytes of `buf`'s first `size` that hold round `round`'s pattern.
+fn matching(buf: &mut DmaBuf, round: u32, size: usize) -> Result<usize> {
+    Ok(buf.as_mut_slice()?[..size]
+        .iter()
+        .enumerate()
+        .filter(|&(i, &byte)| byte == pattern(round, i))
+        .count())
+}
+
+/// Bounces messages between `a` and `b`; returns the bytes received as
+/// sent, those that were not, and the time spent posting and polling.
 fn run(
     a: &mut End,
     b: &mut End,
@@ -112,32 +131,24 @@ fn run(
         for (i, byte) in a.out.as_mut_slice()?[..size].iter_mut().enumerate() {
             *byte = pattern(round, i);
         }
+        poison(&mut b.into, round, size)?;
+        poison(&mut a.into, round, size)?;
         // A -> B.
         let start = Instant::<Monotonic>::now();
         bounce(a, b, sent, received, size)?;
         busy += start.elapsed();
-        let echo = {
-            let into = b.into.as_mut_slice()?;
-            let out = b.out.as_mut_slice()?;
-            out[..size].copy_from_slice(&into[..size]);
-            into[..size]
-                .iter()
-                .enumerate()
-                .filter(|&(i, &byte)| byte != pattern(round, i))
-                .count()
-        };
+        let echo = matching(&mut b.into, round, size)?;
+        // B sends back what it received.
+        b.out.as_mut_slice()?[..size].copy_from_slice(&b.into.as_mut_slice()?[..size]);
         // B -> A.
         let start = Instant::<Monotonic>::now();
         bounce(b, a, sent, received, size)?;
         busy += start.elapsed();
-        let back = a.into.as_mut_slice()?[..size]
-            .iter()
-            .enumerate()
-            .filter(|&(i, &byte)| byte != pattern(round, i))
-            .count();
-        // CAST: A count of bytes of a buffer.
-        wrong += (echo + back) as u64;
-        verified += 2 * size as u64;
+        let back = matching(&mut a.into, round, size)?;
+        // CAST: Counts of bytes of a buffer.
+        let (echo, back) = (echo as u64, back as u64);
+        verified += echo + back;
+        wrong += 2 * size as u64 - echo - back;
     }
     Ok((verified, wrong, busy))
 }
@@ -208,15 +219,18 @@ impl kernel::Module for PingPong {
             sq_psn: 0,
             rq_psn: 0,
         };
+        // Longer than the messages: a send of the whole buffer, not of the
+        // message, is seen in the receive's byte count.
+        let len = size + 64;
         let mut a = End {
             qp: OwnedQp::create_rc(&pd, &cq, &cq, cfg)?,
-            out: DmaBuf::alloc(&dev, size)?,
-            into: DmaBuf::alloc(&dev, size)?,
+            out: DmaBuf::alloc(&dev, len)?,
+            into: DmaBuf::alloc(&dev, len)?,
         };
         let mut b = End {
             qp: OwnedQp::create_rc(&pd, &cq, &cq, cfg)?,
-            out: DmaBuf::alloc(&dev, size)?,
-            into: DmaBuf::alloc(&dev, size)?,
+            out: DmaBuf::alloc(&dev, len)?,
+            into: DmaBuf::alloc(&dev, len)?,
         };
         a.qp.init(1)?;
         b.qp.init(1)?;
@@ -234,11 +248,11 @@ impl kernel::Module for PingPong {
         let failed = sent.handler().failed.load(Relaxed) + received.handler().failed.load(Relaxed);
         // CAST: Nanoseconds of a run are not negative.
         let ns = busy.as_nanos().max(1) as u64;
-        let per_round_trip = ns / u64::from(iterations.max(1));
-        let kb_per_s = verified * 1_000_000 / ns;
-        pr_info!(
-            "send {size} B x {iterations}: {verified} bytes verified, {wrong} wrong; {per_round_trip} ns per round trip, {kb_per_s} KB/s\n"
-        );
+        let n = iterations;
+        let rtt = ns / u64::from(n.max(1));
+        let kbs = verified * 1_000_000 / ns;
+        pr_info!("send {size} B x {n}: {verified} bytes verified, {wrong} wrong\n");
+        pr_info!("send {size} B x {n}: {rtt} ns per round trip, {kbs} KB/s\n");
         if wrong != 0 || failed != 0 {
             pr_err!("{wrong} bytes wrong, {failed} completions failed\n");
             return Err(EIO);

@@ -384,8 +384,8 @@ impl OwnedQp {
             send_cq: send_cq.clone(),
             recv,
             _pd: pd.clone(),
-            sq_slots: WrSlots::new(config.send_depth)?,
-            rq_slots: WrSlots::new(recv_n.saturating_sub(1))?,
+            sq_slots: WrSlots::new(config.send_depth, false)?,
+            rq_slots: WrSlots::new(recv_n.saturating_sub(1), true)?,
             events: KBox::new(
                 QpEvents {
                     last_wqe: Atomic::new(0),

@@ -477,7 +477,8 @@ impl RecvQueue<'_> {
     /// `cqe`'s handler; [`WorkCompletion::byte_len`] is what arrived.
     ///
     /// The work request holds `buf` until its completion, given back before
-    /// the handler runs. Fails with `EINVAL` if `buf` is mapped for another
+    /// the handler runs, and for itself: `EBUSY` while another work request
+    /// holds `buf`. Fails with `EINVAL` if `buf` is mapped for another
     /// device, or the queue is not an [`OwnedQp`](super::OwnedQp)'s; with
     /// `EBUSY` while the queue holds as many receives as its depth.
     ///
@@ -488,8 +489,9 @@ impl RecvQueue<'_> {
         wr.__bindgen_anon_1.wr_cqe = wr_cqe;
         wr.sg_list = &mut sge;
         wr.num_sge = 1;
-        // SAFETY: As for `post`; the buffer stays mapped until the completion
-        // returns, by the reference its slot holds.
+        // SAFETY: As for `post`; the buffer stays mapped until the device is
+        // done with it, by the reference its slot holds until the completion
+        // (given back before the handler runs).
         let ret = to_result(unsafe {
             bindings::ib_post_recv(self.qp.as_raw(), &wr, core::ptr::null_mut())
         });
@@ -530,12 +532,12 @@ fn take_buf_slot<H: CompletionHandler>(
 ) -> Result<(*mut bindings::ib_cqe, bindings::ib_sge)> {
     // A buffer's reference travels in a slot.
     let slots = slots.ok_or(EINVAL)?;
-    let b = buf.get_for(qp.device().as_raw(), len)?;
+    let b = buf.get_for(qp.device().as_raw(), len, slots.is_receive())?;
     let wr_cqe = match take_slot(Some(slots), cqe, Some(b)) {
         Ok(c) => c,
         Err(e) => {
             // SAFETY: The reference just taken, for a slot not taken.
-            unsafe { Buf::put(b) };
+            unsafe { Buf::put(b, slots.is_receive()) };
             return Err(e);
         }
     };
@@ -588,8 +590,9 @@ impl SendQueue<'_> {
     /// completion runs `cqe`'s handler.
     ///
     /// The work request holds `buf` until its completion, given back before
-    /// the handler runs. Fails with `EINVAL` if `buf` is mapped for another
-    /// device, is shorter than `len`, or the queue is not an
+    /// the handler runs; other sends may share it, a receive may not
+    /// (`EBUSY`). Fails with `EINVAL` if `buf` is mapped for another device,
+    /// is shorter than `len`, or the queue is not an
     /// [`OwnedQp`](super::OwnedQp)'s; with `EBUSY` while the queue holds as
     /// many sends as its depth.
     pub fn post_send_buf<H: CompletionHandler>(

@@ -63,13 +63,13 @@ impl Slot {
         let slot = unsafe { &*container_of!(cqe.cast::<Opaque<bindings::ib_cqe>>(), Slot, cqe) };
         let target = slot.target.load(Acquire);
         let owner = slot.owner.load(Relaxed);
-        let buf = slot.buf.load(Relaxed);
-        slot.buf.store(null_mut(), Relaxed);
+        let buf = slot.buf.xchg(null_mut(), Relaxed);
         // The device is done with the buffer: give it back before the
         // handler runs, so that what the handler signals may use it.
         if let Some(buf) = NonNull::new(buf) {
-            // SAFETY: The work request's reference, given back once.
-            unsafe { Buf::put(buf) };
+            // SAFETY: The work request's reference, given back once; `owner`
+            // lives until `in_use` drops, below.
+            unsafe { Buf::put(buf, (*owner).receive) };
         }
         // The slot is free again, for a handler that posts again too; the
         // completion is still counted in `in_use` until it has returned.
@@ -100,6 +100,8 @@ impl Slot {
 /// `&self`: a poller may be in [`Slot::forward`] until then.
 pub(crate) struct WrSlots {
     slots: KVec<Slot>,
+    /// A receive queue's: its work requests' buffers are receives'.
+    receive: bool,
     in_use: Atomic<u32>,
     next: Atomic<usize>,
 }
@@ -112,12 +114,13 @@ unsafe impl Send for WrSlots {}
 unsafe impl Sync for WrSlots {}
 
 impl WrSlots {
-    /// Allocates `n` free slots.
-    pub(crate) fn new(n: u32) -> Result<KBox<Self>> {
+    /// Allocates `n` free slots, of a receive queue if `receive`.
+    pub(crate) fn new(n: u32, receive: bool) -> Result<KBox<Self>> {
         let n = usize::try_from(n)?;
         let mut this = KBox::new(
             WrSlots {
                 slots: KVec::with_capacity(n, GFP_KERNEL)?,
+                receive,
                 in_use: Atomic::new(0),
                 next: Atomic::new(0),
             },
@@ -148,7 +151,8 @@ impl WrSlots {
     }
 
     /// Takes a free slot for a work request posted with `target`, holding a
-    /// reference to `buf`, if any, which its completion gives back; returns
+    /// reference to `buf`, if any (taken for a receive if the queue is a
+    /// receive queue), which its completion gives back; returns
     /// the `ib_cqe` to post instead, or `EBUSY` if the queue is full.
     pub(crate) fn take(
         &self,
@@ -172,6 +176,11 @@ impl WrSlots {
         Err(EBUSY)
     }
 
+    /// Returns `true` for a receive queue's slots.
+    pub(crate) fn is_receive(&self) -> bool {
+        self.receive
+    }
+
     /// Returns `true` while a work request posted with a slot has not
     /// completed, or its handler has not returned yet.
     pub(crate) fn in_use(&self) -> bool {
@@ -181,10 +190,9 @@ impl WrSlots {
     /// Frees the slot of a work request that was not posted.
     pub(crate) fn put_unposted(&self, cqe: *mut bindings::ib_cqe) {
         if let Some(slot) = self.slots.iter().find(|s| s.raw_cqe() == cqe) {
-            if let Some(buf) = NonNull::new(slot.buf.load(Relaxed)) {
-                slot.buf.store(null_mut(), Relaxed);
+            if let Some(buf) = NonNull::new(slot.buf.xchg(null_mut(), Relaxed)) {
                 // SAFETY: The reference of a work request never posted.
-                unsafe { Buf::put(buf) };
+                unsafe { Buf::put(buf, self.receive) };
             }
             slot.target.store(null_mut(), Release);
             // INVARIANT: Uncounted as it is freed.

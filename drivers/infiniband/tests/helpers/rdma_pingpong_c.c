@@ -49,9 +49,13 @@ static void done_fn(struct ib_cq *cq, struct ib_wc *wc)
 
 struct end {
 	struct ib_qp *qp;
+	bool connected;
 	u8 *out, *in;
 	u64 out_dma, in_dma;
 };
+
+/* Longer than the messages, as the Rust sample's. */
+#define BUF_LEN (size + 64)
 
 static struct ib_device *dev;
 static struct ib_pd *pd;
@@ -67,10 +71,10 @@ static u8 pattern(u32 round, size_t i)
 
 static int pp_map(u8 **buf, u64 *dma)
 {
-	*buf = kzalloc(size, GFP_KERNEL);
+	*buf = kzalloc(BUF_LEN, GFP_KERNEL);
 	if (!*buf)
 		return -ENOMEM;
-	*dma = ib_dma_map_single(dev, *buf, size, DMA_BIDIRECTIONAL);
+	*dma = ib_dma_map_single(dev, *buf, BUF_LEN, DMA_BIDIRECTIONAL);
 	if (ib_dma_mapping_error(dev, *dma)) {
 		kfree(*buf);
 		*buf = NULL;
@@ -83,7 +87,7 @@ static void pp_unmap(u8 *buf, u64 dma)
 {
 	if (!buf)
 		return;
-	ib_dma_unmap_single(dev, dma, size, DMA_BIDIRECTIONAL);
+	ib_dma_unmap_single(dev, dma, BUF_LEN, DMA_BIDIRECTIONAL);
 	kfree(buf);
 }
 
@@ -156,9 +160,11 @@ static int pp_connect(struct end *e, const struct ib_gid_attr *gid, u32 qpn)
 	qa.retry_cnt = 7;
 	qa.rnr_retry = 7;
 	qa.max_rd_atomic = 1;
-	return ib_modify_qp(e->qp, &qa, IB_QP_STATE | IB_QP_TIMEOUT |
-			    IB_QP_RETRY_CNT | IB_QP_RNR_RETRY | IB_QP_SQ_PSN |
-			    IB_QP_MAX_QP_RD_ATOMIC);
+	ret = ib_modify_qp(e->qp, &qa, IB_QP_STATE | IB_QP_TIMEOUT |
+			   IB_QP_RETRY_CNT | IB_QP_RNR_RETRY | IB_QP_SQ_PSN |
+			   IB_QP_MAX_QP_RD_ATOMIC);
+	e->connected = !ret;
+	return ret;
 }
 
 /* Sends @size bytes of @from->out into @to->in; polls for both. */
@@ -167,7 +173,7 @@ static int bounce(struct end *from, struct end *to)
 	u32 want_sent = sent.ok + sent.failed + 1;
 	u32 want_received = received.ok + received.failed + 1;
 	struct ib_sge rsge = {
-		.addr = to->in_dma, .length = size, .lkey = pd->local_dma_lkey,
+		.addr = to->in_dma, .length = BUF_LEN, .lkey = pd->local_dma_lkey,
 	};
 	struct ib_sge ssge = {
 		.addr = from->out_dma, .length = size,
@@ -183,11 +189,11 @@ static int bounce(struct end *from, struct end *to)
 	u64 start;
 	int ret;
 
-	ib_dma_sync_single_for_device(dev, to->in_dma, size, DMA_BIDIRECTIONAL);
+	ib_dma_sync_single_for_device(dev, to->in_dma, BUF_LEN, DMA_BIDIRECTIONAL);
 	ret = ib_post_recv(to->qp, &rwr, NULL);
 	if (ret)
 		return ret;
-	ib_dma_sync_single_for_device(dev, from->out_dma, size,
+	ib_dma_sync_single_for_device(dev, from->out_dma, BUF_LEN,
 				      DMA_BIDIRECTIONAL);
 	ret = ib_post_send(from->qp, &swr, NULL);
 	if (ret)
@@ -203,7 +209,6 @@ static int bounce(struct end *from, struct end *to)
 			cpu_relax();
 		}
 	}
-	ib_dma_sync_single_for_cpu(dev, to->in_dma, size, DMA_BIDIRECTIONAL);
 	if (received.len != size) {
 		pr_err("received %u bytes, not %u\n", received.len, size);
 		return -EIO;
@@ -211,36 +216,61 @@ static int bounce(struct end *from, struct end *to)
 	return 0;
 }
 
+/* Fills @buf with what round @round must not find there. */
+static void poison(u8 *buf, u32 round)
+{
+	size_t i;
+
+	for (i = 0; i < size; i++)
+		buf[i] = ~pattern(round, i);
+}
+
+static u64 matching(const u8 *buf, u32 round)
+{
+	u64 n = 0;
+	size_t i;
+
+	for (i = 0; i < size; i++)
+		n += buf[i] == pattern(round, i);
+	return n;
+}
+
 static int run(u64 *verified, u64 *wrong, u64 *busy)
 {
+	u64 t, echo, back;
 	u32 round;
 	size_t i;
-	u64 t;
 	int ret;
 
 	for (round = 0; round < iterations; round++) {
-		ib_dma_sync_single_for_cpu(dev, a.out_dma, size,
+		ib_dma_sync_single_for_cpu(dev, a.out_dma, BUF_LEN,
 					   DMA_BIDIRECTIONAL);
 		for (i = 0; i < size; i++)
 			a.out[i] = pattern(round, i);
+		poison(a.in, round);
+		poison(b.in, round);
 		t = ktime_get_ns();
 		ret = bounce(&a, &b);
 		*busy += ktime_get_ns() - t;
 		if (ret)
 			return ret;
-		ib_dma_sync_single_for_cpu(dev, b.out_dma, size,
+		/* Outside the timing, as the Rust sample's first access. */
+		ib_dma_sync_single_for_cpu(dev, b.in_dma, BUF_LEN,
+					   DMA_BIDIRECTIONAL);
+		echo = matching(b.in, round);
+		ib_dma_sync_single_for_cpu(dev, b.out_dma, BUF_LEN,
 					   DMA_BIDIRECTIONAL);
 		memcpy(b.out, b.in, size);
-		for (i = 0; i < size; i++)
-			*wrong += b.in[i] != pattern(round, i);
 		t = ktime_get_ns();
 		ret = bounce(&b, &a);
 		*busy += ktime_get_ns() - t;
 		if (ret)
 			return ret;
-		for (i = 0; i < size; i++)
-			*wrong += a.in[i] != pattern(round, i);
-		*verified += 2 * size;
+		ib_dma_sync_single_for_cpu(dev, a.in_dma, BUF_LEN,
+					   DMA_BIDIRECTIONAL);
+		back = matching(a.in, round);
+		*verified += echo + back;
+		*wrong += 2 * size - echo - back;
 	}
 	return 0;
 }
@@ -248,7 +278,9 @@ static int run(u64 *verified, u64 *wrong, u64 *busy)
 static void destroy_end(struct end *e)
 {
 	if (e->qp) {
-		ib_drain_qp(e->qp);
+		/* A QP still in RESET or INIT has nothing to drain. */
+		if (e->connected)
+			ib_drain_qp(e->qp);
 		ib_destroy_qp(e->qp);
 	}
 	pp_unmap(e->out, e->out_dma);
@@ -320,9 +352,11 @@ static int __init pingpong_init(void)
 	destroy_end(&b);
 	if (!ret) {
 		busy = max(busy, 1ULL);
-		pr_info("send %u B x %u: %llu bytes verified, %llu wrong; %llu ns per round trip, %llu KB/s\n",
-			size, iterations, verified, wrong,
-			busy / max(iterations, 1U), verified * 1000000 / busy);
+		pr_info("send %u B x %u: %llu bytes verified, %llu wrong\n",
+			size, iterations, verified, wrong);
+		pr_info("send %u B x %u: %llu ns per round trip, %llu KB/s\n",
+			size, iterations, busy / max(iterations, 1U),
+			verified * 1000000 / busy);
 		if (wrong || sent.failed || received.failed) {
 			pr_err("%llu bytes wrong, %u completions failed\n",
 			       wrong, sent.failed + received.failed);
