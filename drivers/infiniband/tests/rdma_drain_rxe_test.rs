@@ -17,7 +17,7 @@
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use kernel::bindings;
 use kernel::infiniband::{
-    drain_rq_concurrently, CompletionHandler, Cqe, GidAttr, OwnedCq, OwnedQp, OwnedSrq, Pd,
+    drain_rq_concurrently, CompletionHandler, Cqe, DmaBuf, GidAttr, OwnedCq, OwnedQp, OwnedSrq, Pd,
     PollContext, QpConfig, QpState, RegisteredDevice, WorkCompletion,
 };
 use kernel::sync::{new_spinlock_irq, Arc, Completion, SpinLockIrq};
@@ -827,7 +827,10 @@ mod soundness_tests {
 
     /// A QP's PD, CQs and SRQ must be on one device: the provider takes each
     /// for one of its own. Objects of a second rxe device (the guest's rxe1
-    /// on dummy1) are refused with `EINVAL` before the provider sees them.
+    /// on dummy1) are refused with `EINVAL` before the provider sees them;
+    /// so is a buffer mapped for it, or a send longer than its buffer. A
+    /// posted buffer is the device's until its completion, and a receive's
+    /// alone (`EBUSY`).
     #[test]
     fn objects_of_another_device_are_refused() -> Result {
         let dev = rxe()?;
@@ -852,14 +855,35 @@ mod soundness_tests {
         let send_elsewhere = OwnedQp::create_rc(&pd, &other_cq, &cq, cfg).err();
         let recv_elsewhere = OwnedQp::create_rc(&pd, &cq, &other_cq, cfg).err();
         let srq_elsewhere = OwnedQp::create_rc_on_srq(&pd, &cq, &other_srq, on_srq).err();
-        let one_device = OwnedQp::create_rc(&pd, &cq, &cq, cfg).is_ok();
+        let mut qp = OwnedQp::create_rc(&pd, &cq, &cq, cfg)?;
+        qp.init(1)?;
+        // A buffer is posted only on the device it is mapped for, and only
+        // as long as it is.
+        let cqe = Cqe::new(Counter::default())?;
+        let other_buf = DmaBuf::alloc(&other, 64)?;
+        let mut buf = DmaBuf::alloc(&dev, 64)?;
+        let buf_elsewhere = qp.rq().post_buf(&cqe, &other_buf).err();
+        let too_long = qp.sq().post_send_buf(&cqe, &buf, 65).err();
+        let own_buf = qp.rq().post_buf(&cqe, &buf);
+        let held = buf.as_mut_slice().err();
+        // A receive holds its buffer alone: no send shares it.
+        let shared = qp.sq().post_send_buf(&cqe, &buf, 8).err();
+        // Drains: the flushed receive gives the buffer back.
+        drop(qp);
+        let given_back = buf.as_mut_slice().is_ok();
         // A failed assertion ends the test without drops: let go of rxe1
         // (and every object) first, so that its delete does not wait.
-        drop((other_srq, other_cq, other, cq, pd, dev));
+        drop((other_buf, other_srq, other_cq, other, cq, pd, dev));
         assert_eq!(send_elsewhere, Some(EINVAL));
         assert_eq!(recv_elsewhere, Some(EINVAL));
         assert_eq!(srq_elsewhere, Some(EINVAL));
-        assert!(one_device);
+        assert_eq!(buf_elsewhere, Some(EINVAL));
+        assert_eq!(too_long, Some(EINVAL));
+        assert_eq!(own_buf, Ok(()));
+        assert_eq!(held, Some(EBUSY));
+        assert_eq!(shared, Some(EBUSY));
+        assert!(given_back);
+        assert_eq!(cqe.outstanding(), 0);
         Ok(())
     }
 
