@@ -75,7 +75,8 @@ impl WorkCompletion {
         }
     }
 
-    /// Returns the number of bytes a receive got (`byte_len`).
+    /// Returns the number of bytes a receive got (`byte_len`); meaningful
+    /// only for a receive that completed successfully.
     pub fn byte_len(&self) -> u32 {
         self.0.byte_len
     }
