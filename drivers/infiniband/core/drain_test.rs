@@ -36,7 +36,7 @@
 //!   `provider_drain_ops_replace_the_generic_path`,
 //!   `drain_sq_without_a_cq_is_refused_in_the_error_state`. Mutants: 04, 06.
 //! - No allocation. Fails: `drain_allocates_nothing`. Mutants: 37.
-//! - Direct CQ: polled within 1 ms of the post, then after sleeps from 16 us to
+//! - Direct CQ: polled within 5 ms of the post, then after sleeps from 16 us to
 //!   16 ms, in 100 ms slices after the line. Fails:
 //!   `direct_cq_is_polled_until_the_marker_is_reaped`,
 //!   `stuck_drain_is_reported_once_and_keeps_waiting`. Mutants: 09, 16, 29, 44,
@@ -1140,9 +1140,11 @@ mod fault_tests {
         pr_info!(
             "stuck direct drain: first poll {first_us} us after the post, {early} polls in its first 3 ms, {late} after, {stuck} after 6 s\n"
         );
-        // Polled at once, then after short sleeps (16 ms ones at once: 1).
-        assert!(first_us < 1_000);
-        assert!((4..=20).contains(&early));
+        // Polled at once (a first sleep of 16 ms: 16,000 us), then after
+        // short sleeps (~6 polls in 3 ms; sleeps of 16 ms at once: 1). The
+        // bounds leave room for a slow guest.
+        assert!(first_us < 5_000);
+        assert!((2..=20).contains(&early));
         assert!((150..=2_000).contains(&late));
         assert!((20..=80).contains(&stuck));
         assert!(FAKE.posted_cqe.load(SeqCst).is_null());
