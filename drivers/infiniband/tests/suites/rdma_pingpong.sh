@@ -3,11 +3,11 @@
 # Each module prints "send SIZE B x N: BYTES bytes verified, WRONG wrong"
 # (and a line with its timing) and fails to load if a byte or a
 # completion was wrong. The checks ask for every byte of every round trip
-# verified (2 x SIZE x N) and none wrong, and that the module then
-# unloads.
+# verified (2 x SIZE x N) and none wrong, that the module then unloads,
+# and that the Rust sample leaves no QP of kernel::infiniband behind.
 rounds=200
 c_ko=$(mod_path rdma_pingpong_c)
-qps_before=$(rdma res show qp | grep -c kernel::infiniband)
+qps_before=$(owned qp)
 ktap_begin rdma_pingpong
 for size in 64 4096; do
 	line="send $size B x $rounds: $((2 * size * rounds)) bytes verified, 0 wrong"
@@ -15,5 +15,5 @@ for size in 64 4096; do
 	check "c_${size}_bytes_each_byte_verified" sh -c "insmod $c_ko size=$size iterations=$rounds && dmesg | grep -F 'rdma_pingpong_c: $line' && rmmod rdma_pingpong_c"
 done
 check rust_bad_size_refused sh -c "! modprobe rust_rdma_pingpong size=0 && dmesg | grep -F 'rust_rdma_pingpong: size must be 1 to 65536 bytes, not 0'"
-check rust_qps_destroyed_and_unloaded sh -c "! grep -q '^rust_rdma_pingpong ' /proc/modules && [ \$(rdma res show qp | grep -c 'kernel::infiniband') = $qps_before ]"
+check rust_qps_destroyed count_is qp "$qps_before"
 ktap_end rdma_pingpong
