@@ -214,8 +214,8 @@ impl DmaBuf {
     /// Takes a reference for a work request of `len` bytes about to be
     /// posted on `dev`, a receive if `receive`: returns the buffer, synced
     /// for the device; `EINVAL` if it is not mapped for `dev` or shorter
-    /// than `len`, `EBUSY` if a receive holds it, or if a receive would share
-    /// it.
+    /// than `len`, `EBUSY` if a receive holds it, if a receive would share
+    /// it, or while another work request syncs it for the device.
     ///
     /// The reference is given back by [`Buf::put`], from the work request's
     /// completion, or at once if it is not posted.
@@ -250,16 +250,20 @@ impl DmaBuf {
             }
         }
         // The first work request after the CPU had the buffer syncs it for
-        // the device; those that come meanwhile wait for that.
-        loop {
-            match buf.owner.cmpxchg(CPU, SYNCING, Acquire) {
-                Ok(_) => {
-                    buf.sync(true);
-                    buf.owner.store(DEVICE, Release);
-                    break;
-                }
-                Err(DEVICE) => break,
-                Err(_) => core::hint::spin_loop(),
+        // the device. One that comes meanwhile is refused rather than
+        // waiting: it may be a handler that interrupted the syncing task on
+        // its CPU, which would never finish.
+        match buf.owner.cmpxchg(CPU, SYNCING, Acquire) {
+            Ok(_) => {
+                buf.sync(true);
+                buf.owner.store(DEVICE, Release);
+            }
+            Err(DEVICE) => {}
+            Err(_) => {
+                // SAFETY: The reference just taken, not posted; the handle
+                // holds another, so this is not the last.
+                unsafe { Buf::put(self.ptr, receive) };
+                return Err(EBUSY);
             }
         }
         Ok(self.ptr)
