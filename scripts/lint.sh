@@ -55,12 +55,21 @@ done_step
 
 # make mutants applies each to a copy of the overlay: one that no longer
 # applies (the code it breaks has moved) would be reported only there.
-step "lint: every mutant applies"
+step "lint: every mutant applies and names what catches it"
 tmp=$(mktemp -d)
 (cd "$TOP" && cp -a Kbuild rust drivers samples patches "$tmp/")
 for m in "$TOP"/scripts/mutants/*.patch; do
 	(cd "$tmp" && git apply --check "$m") 2>/dev/null ||
 		{ echo "$(basename "$m") does not apply: regenerate it"; rc=1; }
+	grep -qE '^# (Caught-by|Build): .' "$m" ||
+		{ echo "$(basename "$m") names neither what catches it (# Caught-by:) nor a build pattern"; rc=1; }
+	# A misspelt or renamed name never matches: each plain name must be
+	# defined (a line of code, not a comment, or a suite's file name).
+	for name in $(sed -n 's/^# Caught-by: //p' "$m" | tr '|' '\n' | grep -xE '[a-z0-9_]+'); do
+		(cd "$TOP" && { grep -rhw -- "$name" drivers rust samples scripts/run-tests.sh |
+			grep -Ev '^[[:space:]]*(//|#([^[]|$)|\*|/\*)'; find drivers -name "$name.sh"; } | grep . >/dev/null) ||
+			{ echo "$(basename "$m"): no test is named $name"; rc=1; }
+	done
 done
 rm -rf "$tmp"
 done_step

@@ -11,7 +11,11 @@
 # test-debug does (flavour mutant-debug: the debug kernel's config, its
 # kernel arguments and timeout, the debug manifest): what only the debug
 # kernel checks (might_sleep(), the hung-task report).
-# Each must be caught: a run that passes is a failure of `make mutants`.
+# Each must be caught, and by what its line "# Caught-by: ERE" names (a
+# suite, a case, a host check or a label of the table, matched whole
+# against each name scripts/mutants-caught.py --names gives): a run that
+# passes, or fails only elsewhere (a flaky test proves nothing about the
+# mutant), is a failure of `make mutants`.
 # Prints a table (also out/mutants.md): breakage, what caught it, time.
 # NAME selects mutants by file name prefix. Each boot stops at the first
 # failed test (boot.sh's STOP_AT_FAILURE); MUTANTS_FULL=1 runs each to its
@@ -81,6 +85,15 @@ for m in "${chosen[@]}"; do
 			rc=1
 		else
 			caught=$(python3 "$TOP/scripts/mutants-caught.py" "$res" "$flavour")
+			want=$(sed -n 's/^# Caught-by: //p' "$TOP/scripts/mutants/$m")
+			if [ -z "$want" ]; then
+				caught="$caught (NO Caught-by LINE)"
+				rc=1
+			elif ! python3 "$TOP/scripts/mutants-caught.py" --names "$res" "$flavour" |
+				grep -Ex -- "$want" >/dev/null; then
+				caught="CAUGHT ELSEWHERE: $caught (expected: $want)"
+				rc=1
+			fi
 		fi
 	fi
 	echo "| ${m%.patch}: $what | $caught | $(($(date +%s) - start)) |" >>"$table"
@@ -88,5 +101,5 @@ for m in "${chosen[@]}"; do
 done
 echo
 cat "$table"
-[ "$rc" = 0 ] || die mutants "" "a mutant was not caught, or did not apply or build (see the table)"
+[ "$rc" = 0 ] || die mutants "" "a mutant was not caught, or caught elsewhere, or did not apply or build (see the table)"
 echo "mutants: all ${#chosen[@]} caught"
