@@ -89,9 +89,9 @@ for m in "${chosen[@]}"; do
 			if [ -z "$want" ]; then
 				caught="$caught (NO Caught-by LINE)"
 				rc=1
-			elif ! python3 "$TOP/scripts/mutants-caught.py" --names "$res" "$flavour" |
-				grep -Ex -- "$want" >/dev/null; then
-				caught="CAUGHT ELSEWHERE: $caught (expected: $want)"
+			elif ! names=$(python3 "$TOP/scripts/mutants-caught.py" --names "$res" "$flavour") ||
+				! grep -Ex -- "$want" >/dev/null <<<"$names"; then
+				caught="CAUGHT ELSEWHERE: $(paste -sd'|' <<<"$names") (expected: $want)"
 				rc=1
 			fi
 		fi

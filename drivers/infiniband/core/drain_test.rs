@@ -40,7 +40,7 @@
 //!   16 ms, in 100 ms slices after the line. Fails:
 //!   `direct_cq_is_polled_until_the_marker_is_reaped`,
 //!   `stuck_drain_is_reported_once_and_keeps_waiting`. Mutants: 09, 16, 29, 44,
-//!   45.
+//!   45, 51.
 //! - SRQ path: polls only after Last WQE Reached (at most 60 s), at most the CQ's
 //!   capacity, on the SRQ's own CQ where it has one. Fails:
 //!   `srq_path_polls_only_after_last_wqe_reached`,
@@ -1138,31 +1138,35 @@ mod fault_tests {
         let warns = kunit::count_warnings(|| unsafe { bindings::ib_drain_rq(qp) });
         assert_eq!(warns, Some(0));
         // It polled at once, then slept between polls: 16 us first, then
-        // twice as long each time up to 16 ms (at least 16.4 ms each, so at
-        // most 250 polls from 1 s to 5 s; a drain that never slept: millions).
-        // Reported at 5 s, it polls in C's 100 ms slices (at most ~55 polls
-        // after 6 s; 16 ms sleeps: ~300). The early polls are judged against
-        // the same run's 16 ms sleeps, so a slow guest (whose short sleeps
-        // take milliseconds) passes, and sleeps of 16 ms from the start (8
-        // sleeps as long as 8 of them) or a 16 ms sleep before the first poll
-        // do not.
+        // twice as long each time up to 16 ms (a 16 ms `fsleep()` takes at
+        // least 17 ms, so at most 250 polls from 1 s to 5 s; a drain that
+        // never slept: millions). Reported at 5 s, it polls in C's 100 ms
+        // slices (at most ~55 polls after 6 s; 16 ms sleeps: ~300), at least
+        // twice as long as its sleeps before (sleeps capped at 100 ms: as
+        // long). The early polls are judged against the same run's 16 ms
+        // sleeps, so a slow guest (whose short sleeps take milliseconds)
+        // passes, and sleeps of 16 ms from the start (8 sleeps as long as 8
+        // of them) or a 16 ms sleep before the first poll do not.
         let t = |i: usize| FAKE.poll_ns[i].load(SeqCst);
         let first_us = (t(0) - FAKE.posted_ns.load(SeqCst)) / 1_000;
         let early_us = (t(8) - t(0)) / 1_000;
         let mid = FAKE.mid_polls.load(SeqCst);
         let gap_us = 4_000_000 / i64::from(mid.max(1));
         let stuck = FAKE.stuck_polls.load(SeqCst);
+        let slice_us = 5_000_000 / i64::from(stuck.max(1));
         pr_info!(
-            "stuck direct drain: first poll {} us after the post, 8 more in {} us, one every {} us from 1 s to 5 s, {} polls after 6 s\n",
+            "stuck direct drain: first poll {} us after the post, 8 more in {} us, one every {} us from 1 s to 5 s, every {} us after 6 s\n",
             first_us,
             early_us,
             gap_us,
-            stuck
+            slice_us
         );
+        // Each bound is broken by a mutant of its own (16, 44, 45, 29, 51).
         assert!((16..=250).contains(&mid));
         assert!(first_us * 2 < gap_us);
         assert!(early_us < 4 * gap_us);
         assert!((20..=80).contains(&stuck));
+        assert!(gap_us * 2 < slice_us);
         assert!(FAKE.posted_cqe.load(SeqCst).is_null());
         Ok(())
     }

@@ -924,10 +924,10 @@ mod soundness_tests {
     }
 
     /// A handler may drop what it holds, in every poll context: its own QP,
-    /// a CQ, an SRQ and its own `Cqe`. Nothing sleeps in softirq context
-    /// (`make test-debug` reports it) or waits for the completion being
-    /// handled: the QP, CQ and SRQ are torn down later, in process context,
-    /// and restrack sees them go; the handler's drain of its own QP is
+    /// a CQ, an SRQ, a PD and its own `Cqe`. Nothing sleeps in softirq
+    /// context (`make test-debug` reports it) or waits for the completion
+    /// being handled: the QP, CQ, SRQ and PD are torn down later, in process
+    /// context, and restrack sees them go; the handler's drain of its own QP is
     /// refused with `EDEADLK`.
     #[test]
     fn a_handler_may_drop_what_it_holds() -> Result {
@@ -993,6 +993,8 @@ struct Owned {
     qp: Option<OwnedQp>,
     _cq: Option<Arc<OwnedCq>>,
     _srq: Option<Arc<OwnedSrq<Counter>>>,
+    /// A PD nothing else holds, so that the handler's drop is its last.
+    _pd: Option<Arc<Pd>>,
     cqe: Option<Cqe<TearsDown>>,
 }
 
@@ -1007,7 +1009,8 @@ struct Seen {
 }
 
 /// A handler that, at its first completion, drains the QP it holds, then
-/// drops everything it holds: that QP, a CQ, an SRQ and its own `Cqe`.
+/// drops everything it holds: that QP, a CQ, an SRQ, a PD and its own
+/// `Cqe`.
 struct TearsDown {
     owned: Arc<SpinLockIrq<Owned>>,
     seen: Arc<Seen>,
@@ -1060,13 +1063,14 @@ struct TornDown {
     torn_down: bool,
 }
 
-/// A handler that drains and drops its own QP, and drops a CQ, an SRQ and
-/// its own `Cqe`, polled in `ctx`: the drain is refused (`EDEADLK`), and
-/// the QP, CQ and SRQ are torn down afterwards, in process context.
+/// A handler that drains and drops its own QP, and drops a CQ, an SRQ, a
+/// PD and its own `Cqe`, polled in `ctx`: the drain is refused
+/// (`EDEADLK`), and the QP, CQ, SRQ and PD are torn down afterwards, in
+/// process context.
 fn handler_tears_down(ctx: PollContext) -> Result<TornDown> {
     use bindings::{
-        rdma_restrack_type_RDMA_RESTRACK_CQ as CQ, rdma_restrack_type_RDMA_RESTRACK_QP as QP,
-        rdma_restrack_type_RDMA_RESTRACK_SRQ as SRQ,
+        rdma_restrack_type_RDMA_RESTRACK_CQ as CQ, rdma_restrack_type_RDMA_RESTRACK_PD as PD,
+        rdma_restrack_type_RDMA_RESTRACK_QP as QP, rdma_restrack_type_RDMA_RESTRACK_SRQ as SRQ,
     };
     let dev = rxe()?;
     let pd = Pd::alloc(&dev)?;
@@ -1085,21 +1089,25 @@ fn handler_tears_down(ctx: PollContext) -> Result<TornDown> {
     qp.init(1)?;
     qp.set_error_state()?;
     let srq = OwnedSrq::new(&pd, 2, ctx, Counter::default())?;
+    let lone_pd = Pd::alloc(&dev)?;
     // The objects the handler drops, by their restrack IDs (not reused at
     // once: allocated cyclically, as rxe's QP numbers are), not by counts,
-    // which other tests' teardowns finishing meanwhile would change. A
-    // direct CQ stays: the poller's QP holds it.
-    // SAFETY: The QP, CQ and SRQ are live; restrack set their IDs when they
-    // were added, and does not change them.
+    // which other tests' teardowns finishing meanwhile would change: the
+    // QP, the SRQ and its own CQ, the lone PD, and the QPs' CQ, except a
+    // direct one, which the poller's QP holds.
+    // SAFETY: The objects are live; restrack set their IDs when they were
+    // added, and does not change them.
     let ids = unsafe {
         [
             (QP, (*qp.as_raw()).res.id),
             (SRQ, (*srq.as_raw()).res.id),
+            (CQ, (*srq.cq().as_raw()).res.id),
+            (PD, (*lone_pd.as_raw()).res.id),
             (CQ, (*cq.as_raw()).res.id),
         ]
     };
     let ids = if poller.is_some() {
-        &ids[..2]
+        &ids[..4]
     } else {
         &ids[..]
     };
@@ -1115,6 +1123,7 @@ fn handler_tears_down(ctx: PollContext) -> Result<TornDown> {
             qp: Some(qp),
             _cq: Some(cq),
             _srq: Some(srq),
+            _pd: Some(lone_pd),
             cqe: Some(cqe),
         };
         // Posted in the error state: flushed, so the handler runs.
