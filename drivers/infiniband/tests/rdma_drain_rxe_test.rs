@@ -1059,7 +1059,7 @@ struct TornDown {
     ran: bool,
     /// The errno of its drain of its own QP.
     drain: i32,
-    /// The handler was dropped, and the QP, CQ and SRQ are gone.
+    /// The handler was dropped, and the objects it dropped are gone.
     torn_down: bool,
 }
 
@@ -1143,8 +1143,8 @@ fn handler_tears_down(ctx: PollContext) -> Result<TornDown> {
         }
         seen.calls.load(Ordering::Relaxed) == 2
     });
-    // Waits up to 30 s: it usually takes milliseconds, but the debug
-    // kernel's 1 ms sleeps are longer, and its workqueues slower.
+    // Up to 30,000 sleeps of 1 ms or more: it usually takes milliseconds,
+    // but the debug kernel's sleeps are longer, and its workqueues slower.
     let left = || ids.iter().filter(|&&o| restrack_has(&dev, o)).count();
     let gone = wait_until(30_000, || {
         seen.dropped.load(Ordering::Relaxed) && left() == 0
